@@ -1,0 +1,63 @@
+// The GPU MoE engine: route -> permute -> FC1 (SwiGLU) -> FC2 -> finalize, asynchronous on the
+// caller's stream, with one workspace sized at creation (no allocation in forward, CUDA-graph safe).
+// Header is plain C++ (no CUDA headers); in builds without CUDA every entry point returns kUnsupported.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp4moe/config.h"
+#include "fp4moe/status.h"
+#include "fp4moe/tactic.h"
+#include "fp4moe/weights.h"
+
+namespace fp4moe {
+
+struct EngineOptions {
+  int device = 0;
+  int64_t max_tokens = 8192;   // forward() accepts 0..max_tokens tokens; the workspace is sized for it
+  // Force a tactic by stable name for FC1/FC2 (empty: the tuner's choice if a tuner is attached and
+  // has one, else the built-in size heuristic). An unknown or unusable name is an error at create().
+  std::string fc1_tactic, fc2_tactic;
+  // Tactic names excluded from any choice (e.g. ones the tuner saw fail).
+  std::vector<std::string> excluded_tactics;
+  // Optional tuned choice per token bucket, filled by the tuner: bucket (power of two) -> name.
+  std::vector<std::pair<int64_t, std::string>> fc1_by_bucket, fc2_by_bucket;
+};
+
+// Pointers into the engine's workspace after a forward (device memory, valid until the next forward).
+struct ForwardOutputs {
+  const int32_t* topk_ids = nullptr;      // [T, topk]
+  const float* topk_weights = nullptr;    // [T, topk]
+};
+
+class MoeEngine {
+ public:
+  virtual ~MoeEngine() = default;
+
+  // From host weights (every expert must be materialised; shapes are validated). Repacks weights into
+  // the device layouts of the tactics in use, once.
+  static Status create(const MoeLayerWeights& weights, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out);
+  // Synthetic weights generated on the device (same bytes as synthetic_layer on the host).
+  static Status create_synthetic(const MoeConfig& cfg, const SyntheticSpec& spec, const EngineOptions& opts,
+                                 std::unique_ptr<MoeEngine>* out);
+
+  // x: device bf16 [T, H]. logits: device fp32 [T, E], or null to compute them from the router weight
+  // (an error if the engine has none). out: device bf16 [T, H]. Asynchronous on `stream`; no host sync,
+  // no allocation. T may be 0.
+  virtual Status forward(const uint16_t* x, int64_t tokens, const float* logits, uint16_t* out, Stream stream,
+                         ForwardOutputs* outputs = nullptr) = 0;
+
+  virtual const MoeConfig& config() const = 0;
+  // Stable names of the tactics forward() would use for `tokens` tokens.
+  virtual std::string fc1_tactic_for(int64_t tokens) const = 0;
+  virtual std::string fc2_tactic_for(int64_t tokens) const = 0;
+  virtual size_t workspace_bytes() const = 0;
+  virtual size_t weight_bytes() const = 0;  // device bytes of packed weights
+};
+
+// True when this build has the CUDA backend and a usable device.
+bool cuda_backend_available(std::string* why_not = nullptr);
+
+}  // namespace fp4moe

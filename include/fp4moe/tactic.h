@@ -1,0 +1,125 @@
+// Grouped-GEMM tactics as data (shared/DESIGN.md section 4): each tactic declares what it needs, and
+// check(problem, caps) says ok or why not in words, before anything touches the device.
+//
+// The descriptor side (TacticDesc, TacticRequirements, check) is host-only and always built, so the
+// tuner and `fp4moe doctor --device-profile X` work in builds without CUDA. The kernel side
+// (GroupedGemmTactic::run) exists only in CUDA builds.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp4moe/device_caps.h"
+#include "fp4moe/status.h"
+
+struct CUstream_st;
+namespace fp4moe {
+using Stream = CUstream_st*;  // == cudaStream_t, without including CUDA headers
+
+enum class GemmOp : uint8_t {
+  kFc1SwiGlu,  // h = a · W1ᵀ with W1 [2I, H] (gate rows then up rows); out = silu(gate*sg) * (up*su), [rows, I]
+  kFc2,        // y = a · W2ᵀ with W2 [H, I]; out [rows, H]
+};
+const char* gemm_op_name(GemmOp op);  // "fc1" / "fc2"
+
+// The problem, independent of the choice of tactic (DeepGEMM's GemmDesc).
+struct GemmProblem {
+  GemmOp op = GemmOp::kFc2;
+  int64_t num_experts = 0;      // groups
+  int64_t n = 0;                // output columns: FC1 I (weight rows 2I), FC2 H
+  int64_t k = 0;                // reduction: FC1 H, FC2 I; multiple of 16
+  int64_t total_rows = 0;       // capacity in rows across all experts (T * topk)
+  int64_t max_rows_per_expert = 0;  // host-known upper bound (often total_rows)
+  std::string to_string() const;    // "fc1 E=256 n=2048 k=6144 rows=64"
+};
+
+// Device pointers for one grouped GEMM. Rows are grouped by expert: expert e owns rows
+// [expert_offsets[e], expert_offsets[e+1]) of the problem. The host never reads the offsets.
+struct GroupedGemmArgs {
+  GemmProblem problem;
+  const int32_t* expert_offsets = nullptr;  // device [E + 1], offsets[0] = 0, offsets[E] <= total_rows
+  const uint16_t* a = nullptr;              // device bf16 activations
+  const int32_t* a_row_index = nullptr;     // device [total_rows] or null: problem row r reads a[a_row_index[r], :]
+  int64_t a_ld = 0;                         // elements between rows of a (>= k)
+  const void* weights = nullptr;            // device, in the layout of the tactic's family (see weight_layout)
+  const float* tensor_scales = nullptr;     // device: FC1 [E, 2] (gate, up), FC2 [E]
+  uint16_t* out = nullptr;                  // device bf16 [total_rows, n]; rows past offsets[E] untouched
+  void* workspace = nullptr;                // device, workspace_bytes(problem) bytes
+};
+
+// Device weight layouts. kCanonical: per expert, codes [N, K/2] uint8 then block scales [N, K/16] e4m3,
+// experts back to back (codes of all experts first, then scales of all experts); see
+// src/engine/weight_layout.h. Families that want a shuffled layout declare their own id.
+enum class WeightLayout : uint8_t { kCanonical = 0, kSm90Interleaved = 1 };
+const char* weight_layout_name(WeightLayout l);
+
+struct TacticRequirements {
+  int min_cc = 80;                  // inclusive, cc_major*10+cc_minor
+  int max_cc = 1000;                // inclusive
+  bool needs_arch_specific = false; // sm_90a-only instructions (wgmma, setmaxnreg)
+  int exact_cc = 0;                 // if non-zero, the binary exists only for this cc (e.g. 90 for sm_90a code)
+  int64_t smem_bytes = 0;           // dynamic + static shared memory per block
+  int regs_per_thread = 0;          // from the compiler's report (upper bound)
+  int threads = 0;                  // per block
+  int cluster = 1;                  // CTAs per cluster (needs cluster_launch when > 1)
+  int k_align = 16;                 // K must be a multiple of this
+  int n_align = 1;                  // N must be a multiple of this
+  int64_t max_rows_per_expert = 0;  // 0: unlimited
+  std::vector<GemmOp> ops = {GemmOp::kFc1SwiGlu, GemmOp::kFc2};
+};
+
+struct TacticDesc {
+  std::string name;     // stable, e.g. "portable.mma.m64n64k64.s3" or "sm90.w4a16.m64n128k128.ws.s4"
+  std::string family;   // "portable", "sm90"
+  int tile_m = 0, tile_n = 0, tile_k = 0, stages = 0;
+  std::string schedule; // "grid", "persistent", "warpspecialized", ...
+  WeightLayout layout = WeightLayout::kCanonical;
+  bool is_fallback = false;  // the guaranteed fallback (STYLE: tactic -1)
+  TacticRequirements req;
+};
+
+// Result of a preflight check.
+struct TacticCheck {
+  bool ok = true;
+  std::string reason;   // empty when ok, else one sentence: "needs 132 KB shared memory per block, device allows 99 KB"
+  static TacticCheck pass() { return {}; }
+  static TacticCheck fail(std::string why) { return {false, std::move(why)}; }
+};
+
+// Checks desc.req against the problem and device; the first failing requirement is the reason.
+TacticCheck check_tactic(const TacticDesc& desc, const GemmProblem& problem, const DeviceCaps& caps);
+
+// A runnable tactic (CUDA builds). init() may fail (e.g. cudaFuncSetAttribute refusing the shared
+// memory); run() is asynchronous on `stream`, allocates nothing and is graph-capturable.
+class GroupedGemmTactic {
+ public:
+  virtual ~GroupedGemmTactic() = default;
+  virtual const TacticDesc& desc() const = 0;
+  virtual TacticCheck check(const GemmProblem& p, const DeviceCaps& caps) const { return check_tactic(desc(), p, caps); }
+  virtual Status init(const GemmProblem& p) = 0;
+  virtual size_t workspace_bytes(const GemmProblem& p) const = 0;
+  virtual Status run(const GroupedGemmArgs& args, Stream stream) const = 0;
+};
+
+// Converting canonical device weights into a family's layout, once at engine creation (CUDA builds).
+// Canonical (kCanonical) device weights for a problem with E experts, N weight rows (FC1: 2I, gate
+// rows then up rows; FC2: H) and K columns are one buffer: codes [E][N][K/2] uint8, immediately
+// followed by block scales [E][N][K/16] e4m3fn. Each family with its own layout registers one of these.
+struct WeightLayoutOps {
+  WeightLayout layout = WeightLayout::kCanonical;
+  size_t (*bytes)(const GemmProblem& p) = nullptr;  // device bytes of the packed layout
+  Status (*pack)(const GemmProblem& p, const void* canonical, void* dst, Stream stream) = nullptr;
+};
+const WeightLayoutOps* find_weight_layout_ops(WeightLayout layout);  // nullptr when unknown / no CUDA
+// Weight rows of a problem: FC1 2*n, FC2 n.
+inline int64_t weight_rows(const GemmProblem& p) { return p.op == GemmOp::kFc1SwiGlu ? 2 * p.n : p.n; }
+
+// Every tactic descriptor this build knows (host data, always available), fallback(s) first.
+const std::vector<TacticDesc>& all_tactic_descs();
+// A stable hash of the tactic table (names + requirements), for cache keys.
+std::string tactic_set_hash();
+// The runnable tactic by stable name (nullptr when unknown or when this build has no CUDA).
+GroupedGemmTactic* find_tactic(const std::string& name);
+
+}  // namespace fp4moe

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, compute-sanitizer
+# memcheck and racecheck on the small cases (the Sanitize.* suite: every tactic on tail shapes, one
+# forward per routing family and shared-expert kind), then `fp4moe bench` on the GLM-5 layer and the
+# PyTorch peer in the same session. Uses the binaries staged in .gpubuild/ (scripts/gpu_build.sh), or
+# builds them when nvcc is available. Logs go to OUTDIR; a short summary is printed last (and written to
+# OUTDIR/summary.txt). Exit status: 0 when every step passed.
+#   usage: scripts/gpu_check.sh OUTDIR   (BENCH_TOKENS=1,8,... and BENCH_ITERS=N override the bench;
+#   TEST_TIMEOUT / SANITIZER_TIMEOUT / BENCH_TIMEOUT, in seconds, bound each step so a hang cannot eat
+#   the session: a step that runs out of time is reported as TIMEOUT)
+set -uo pipefail
+out=${1:?usage: scripts/gpu_check.sh OUTDIR}
+root=$(cd "$(dirname "$0")/.." && pwd)
+stage=$root/.gpubuild
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+if [ ! -x "$stage/bin/fp4moe" ]; then
+  if command -v nvcc >/dev/null; then
+    "$root/scripts/gpu_build.sh" >"$out/build.log" 2>&1 || { echo "build failed, see $out/build.log"; exit 1; }
+  else
+    echo "no staged binaries in $stage and no nvcc to build them"
+    exit 1
+  fi
+fi
+
+summary=()
+status=0
+note() { summary+=("$1"); }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv >"$out/device.txt" 2>&1
+note "device: $(tail -n 1 "$out/device.txt")"
+
+# 1. GPU tests (the manifest written by gpu_build.sh: "bin NAME ARGS" or "py SCRIPT ARGS")
+while read -r kind t args; do
+  [ -n "${t:-}" ] || continue
+  name=$(basename "$t" .py)
+  if [ "$kind" = missing ]; then
+    status=1
+    note "test $name: NOT BUILT (it failed to compile in gpu_build.sh)"
+    continue
+  fi
+  if [ "$kind" = py ]; then
+    cmd=(python3 "$root/$t")
+    for a in $args; do [ "$a" = "@FP4MOE@" ] && cmd+=("$stage/bin/fp4moe") || cmd+=("$a"); done
+  else
+    cmd=("$stage/tests/$t")
+    for a in $args; do cmd+=("$a"); done
+  fi
+  start=$SECONDS
+  (cd "$root" && timeout -k 10 "${TEST_TIMEOUT:-300}" "${cmd[@]}") >"$out/test_$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    status=1
+    note "test $name: TIMEOUT after ${TEST_TIMEOUT:-300} s (last test started: $(grep '^\[ RUN' "$out/test_$name.log" | tail -n 1))"
+  elif [ $rc -eq 0 ]; then
+    note "test $name: PASS ($(grep -c '^\[       OK \]' "$out/test_$name.log") gtest cases, $((SECONDS - start)) s)"
+  elif [ $rc -eq 77 ]; then
+    note "test $name: SKIPPED (rc 77: $(tail -n 1 "$out/test_$name.log"))"
+  else
+    status=1
+    note "test $name: FAIL rc=$rc ($(grep '^\[  FAILED  \]' "$out/test_$name.log" | sort -u | head -5 | tr '\n' ' '))"
+  fi
+done <"$stage/gpu_tests.txt"
+
+# 2. compute-sanitizer on the small cases
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in memcheck racecheck; do
+  start=$SECONDS
+  # racecheck: the shared expert on the caller's stream (FP4MOE_SERIAL_STREAM=1); the same kernels, but
+  # racecheck did not finish the two-stream forward within minutes.
+  serial=0
+  [ "$tool" = racecheck ] && serial=1
+  FP4MOE_SERIAL_STREAM=$serial timeout -k 10 "${SANITIZER_TIMEOUT:-180}" "$cs" --tool "$tool" --error-exitcode 99 "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*' \
+    >"$out/sanitize_$tool.log" 2>&1
+  rc=$?
+  line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize_$tool.log" | tail -n 1)
+  if [ $rc -eq 0 ]; then
+    note "compute-sanitizer $tool: PASS (${line:-no summary line}; $((SECONDS - start)) s)"
+  else
+    status=1
+    note "compute-sanitizer $tool: FAIL rc=$rc (${line:-see log})"
+  fi
+done
+
+# 3. benchmark (the engine's own choice, then the portable family alone) + PyTorch peer, same session
+tokens=${BENCH_TOKENS:-1,8,32,128,512,2048,8192}
+iters=${BENCH_ITERS:-10}
+dirs=()
+for fam in any portable; do
+  d="$out/bench_$fam"
+  mkdir -p "$d"
+  famopt=()
+  [ "$fam" = any ] || famopt=(--family "$fam")
+  timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/fp4moe" bench --tokens "$tokens" --iters "$iters" "${famopt[@]}" \
+    --dump-dir "$d" >"$out/bench_$fam.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then note "fp4moe bench ($fam): done"; dirs+=(--bench-dir "$d"); else status=1; note "fp4moe bench ($fam): FAIL rc=$rc"; fi
+done
+if [ ${#dirs[@]} -gt 0 ]; then
+  timeout -k 10 "${BENCH_TIMEOUT:-180}" python3 "$root/bench/torch_peer.py" "${dirs[@]}" --iters "$iters" \
+    >"$out/peer.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then note "torch peer: done"; else status=1; note "torch peer: FAIL rc=$rc (see peer.log)"; fi
+fi
+
+{
+  echo "== fp4moe GPU check ($(cat "$stage/revision.txt" 2>/dev/null)) =="
+  for s in "${summary[@]}"; do echo "  $s"; done
+  for f in "$out"/bench_*/table.md; do [ -f "$f" ] && cat "$f"; done
+  echo "overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+} | tee "$out/summary.txt"
+exit $status

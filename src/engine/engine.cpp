@@ -1,0 +1,395 @@
+// The CUDA MoE engine (include/fp4moe/engine.h): route -> permute -> FC1 (SwiGLU) -> FC2 -> finalize,
+// plus the shared expert, all asynchronous on the caller's stream with one workspace sized at creation.
+//
+// Creation: validate the config and options, read the device caps, choose a tactic per token bucket
+// (powers of two up to max_tokens) for each of the four GEMMs (routed FC1/FC2, shared FC1/FC2), upload
+// or generate the canonical weights, pack the layouts the chosen tactics want (once), init the tactics,
+// and allocate the workspace. Forward: only kernel launches on `stream`; nothing is allocated, nothing
+// is copied to the host, so a forward can be captured in a CUDA graph.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <set>
+
+#include "engine/cuda_check.h"
+#include "engine/device_weights.h"
+#include "engine/engine_kernels.h"
+#include "engine/tactic_choice.h"
+#include "engine/workspace.h"
+#include "fp4moe/engine.h"
+#include "fp4moe/log.h"
+#include "kernels/portable_mma/portable_family.h"
+
+namespace fp4moe {
+
+namespace engine {
+namespace {
+
+struct BucketTactics {
+  GroupedGemmTactic* fc1 = nullptr;
+  GroupedGemmTactic* fc2 = nullptr;
+  GroupedGemmTactic* shared_fc1 = nullptr;  // null when the shared expert is absent or bf16
+  GroupedGemmTactic* shared_fc2 = nullptr;
+};
+
+GemmProblem sized(const GemmProblem& shape, int64_t rows, int64_t max_rows_per_expert) {
+  GemmProblem p = shape;
+  p.total_rows = rows;
+  p.max_rows_per_expert = max_rows_per_expert;
+  return p;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The tuned name for `bucket`: the entry with the smallest bucket >= it, else none.
+std::string tuned_for(const std::vector<std::pair<int64_t, std::string>>& table, int64_t bucket) {
+  const std::pair<int64_t, std::string>* best = nullptr;
+  for (const auto& kv : table)
+    if (kv.first >= bucket && (!best || kv.first < best->first)) best = &kv;
+  return best ? best->second : std::string();
+}
+
+class CudaMoeEngine final : public MoeEngine {
+ public:
+  ~CudaMoeEngine() override {
+    if (fork_) (void)cudaEventDestroy(fork_);
+    if (join_) (void)cudaEventDestroy(join_);
+    if (side_) (void)cudaStreamDestroy(side_);
+  }
+
+  // Everything but the weights; throws Error.
+  void setup(const MoeConfig& cfg, const EngineOptions& opts) {
+    cfg.validate("engine config");
+    cfg_ = cfg;
+    opts_ = opts;
+    FP4MOE_CHECK(opts.max_tokens >= 1, StatusCode::kInvalidArgument, "EngineOptions::max_tokens = {} must be >= 1",
+                 opts.max_tokens);
+    FP4MOE_CHECK(opts.max_tokens * cfg.topk <= (int64_t{1} << 30), StatusCode::kInvalidArgument,
+                 "EngineOptions::max_tokens = {} x topk = {} exceeds 2^30 grouped rows", opts.max_tokens, cfg.topk);
+    FP4MOE_CHECK(cfg.hidden % 8 == 0 && cfg.inter % 8 == 0, StatusCode::kInvalidArgument,
+                 "hidden ({}) and inter ({}) must be multiples of 8", cfg.hidden, cfg.inter);
+    std::string why;
+    if (!cuda_backend_available(&why)) throw Error(StatusCode::kUnsupported, why);
+    caps_ = query_device_caps(opts.device);  // throws kInvalidArgument for a missing device
+    FP4MOE_CHECK(caps_.cc() >= 80, StatusCode::kUnsupported,
+                 "device {} ({}) is sm_{}; fp4moe's kernels need sm_80 or newer", opts.device, caps_.name, caps_.cc());
+    FP4MOE_CUDA_THROW(cudaSetDevice(opts.device));
+  }
+
+  // After the weights are on the device: tactics, layouts, workspace. Throws Error.
+  void finish() {
+    const int64_t E = cfg_.num_experts;
+    for (int64_t b = 1;; b *= 2) {
+      buckets_.push_back(b);
+      if (b >= opts_.max_tokens) break;
+    }
+    const bool shared_nvfp4 = w_.has_shared() && !w_.shared_fc1.bf16;
+    std::set<std::pair<GroupedGemmTactic*, const DeviceGemmWeights*>> used;
+    auto choose = [&](const DeviceGemmWeights& g, int64_t rows, int64_t max_rows, const std::string& forced,
+                      const std::string& tuned) {
+      GroupedGemmTactic* t = nullptr;
+      std::string note;
+      TacticRequest req{forced, tuned, opts_.excluded_tactics};
+      const GemmProblem p = sized(g.shape, rows, max_rows);
+      Status st = choose_tactic(p, caps_, req, &t, &note);
+      if (!st.is_ok()) throw Error(st.code(), st.message());
+      if (!note.empty()) log::warn("engine", "{} bucket rows={}: {}", gemm_op_name(p.op), rows, note);
+      used.insert({t, &g});
+      return t;
+    };
+    for (int64_t b : buckets_) {
+      BucketTactics bt;
+      bt.fc1 = choose(w_.fc1, b * cfg_.topk, b, opts_.fc1_tactic, tuned_for(opts_.fc1_by_bucket, b));
+      bt.fc2 = choose(w_.fc2, b * cfg_.topk, b, opts_.fc2_tactic, tuned_for(opts_.fc2_by_bucket, b));
+      if (shared_nvfp4) {
+        bt.shared_fc1 = choose(w_.shared_fc1, b, b, opts_.fc1_tactic, "");
+        bt.shared_fc2 = choose(w_.shared_fc2, b, b, opts_.fc2_tactic, "");
+      }
+      tactics_.push_back(bt);
+      if (std::getenv("FP4MOE_PRINT_TACTICS"))
+        log::info("engine", "tokens<={}: fc1 {} fc2 {}{}", b, bt.fc1->desc().name, bt.fc2->desc().name,
+                  shared_nvfp4 ? fmt::format(" shared {} / {}", bt.shared_fc1->desc().name, bt.shared_fc2->desc().name)
+                               : std::string());
+    }
+    // Layouts and init, once per (tactic, GEMM), at the largest problem.
+    const int64_t maxb = buckets_.back();
+    size_t tactic_ws = 0;
+    for (const auto& tw : used) {
+      GroupedGemmTactic* t = tw.first;
+      DeviceGemmWeights& g = const_cast<DeviceGemmWeights&>(*tw.second);
+      const bool shared = &g == &w_.shared_fc1 || &g == &w_.shared_fc2;
+      const GemmProblem p = sized(g.shape, shared ? maxb : maxb * cfg_.topk, maxb);
+      g.prepare(t->desc().layout, nullptr);
+      Status st = t->init(p);
+      if (!st.is_ok()) throw Error(st.code(), fmt::format("init of tactic {} failed: {}", t->desc().name, st.message()));
+      tactic_ws = std::max(tactic_ws, t->workspace_bytes(p));
+    }
+    // The canonical buffer is kept only when a chosen tactic reads it.
+    for (DeviceGemmWeights* g : {&w_.fc1, &w_.fc2, &w_.shared_fc1, &w_.shared_fc2}) {
+      if (g->empty() || g->bf16) continue;
+      bool canonical_used = false;
+      for (const auto& tw : used)
+        if (tw.second == g && tw.first->desc().layout == WeightLayout::kCanonical) canonical_used = true;
+      if (!canonical_used) g->drop_canonical();
+    }
+    for (const Status& st : {prepare_routing_kernels(cfg_), prepare_permute_kernels(E)})
+      if (!st.is_ok()) throw Error(st.code(), st.message());
+    if (w_.has_shared() && w_.shared_fc1.bf16) {
+      Status st = portable::init_bf16_grouped();
+      if (!st.is_ok()) throw Error(st.code(), st.message());
+    }
+    WorkspaceShape ws;
+    ws.max_tokens = opts_.max_tokens;
+    ws.experts = E;
+    ws.topk = cfg_.topk;
+    ws.hidden = cfg_.hidden;
+    ws.inter = cfg_.inter;
+    ws.shared_inter = w_.has_shared() ? w_.shared_fc1.shape.n : 0;
+    ws.need_logits = static_cast<bool>(w_.router);
+    ws.tactic_bytes = tactic_ws;
+    // FP4MOE_SERIAL_STREAM=1 keeps the shared expert on the caller's stream (no side stream), e.g. for
+    // compute-sanitizer racecheck, which did not finish the two-stream forward within minutes.
+    const char* serial = std::getenv("FP4MOE_SERIAL_STREAM");
+    serial_ = serial && *serial && std::string(serial) != "0";
+    if (w_.has_shared() && !serial_) {
+      FP4MOE_CUDA_THROW(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+      FP4MOE_CUDA_THROW(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+      FP4MOE_CUDA_THROW(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    }
+    plan_ = plan_workspace(ws);
+    workspace_ = DeviceBuffer(plan_.total, "engine workspace");
+    ptrs_ = bind_workspace(plan_, workspace_.get());
+    FP4MOE_CUDA_THROW(cudaDeviceSynchronize());  // weights ready before any forward on any stream
+  }
+
+  DeviceLayerWeights& weights() { return w_; }
+
+  Status forward(const uint16_t* x, int64_t tokens, const float* logits, uint16_t* out, Stream stream,
+                 ForwardOutputs* outputs) override {
+    const int64_t T = tokens, K = cfg_.topk, H = cfg_.hidden;
+    if (T < 0 || T > opts_.max_tokens)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("forward: tokens = {} outside [0, max_tokens = {}]", T, opts_.max_tokens));
+    if (outputs) {
+      outputs->topk_ids = ptrs_.topk_ids;
+      outputs->topk_weights = ptrs_.topk_weights;
+    }
+    if (T == 0) return Status::ok();
+    if (!x) return Status(StatusCode::kInvalidArgument, fmt::format("forward: x is null for {} tokens", T));
+    if (!out) return Status(StatusCode::kInvalidArgument, fmt::format("forward: out is null for {} tokens", T));
+    if (!aligned16(x) || !aligned16(out))
+      return Status(StatusCode::kInvalidArgument, "forward: x and out must be 16-byte aligned device pointers");
+    if (!logits && !w_.router)
+      return Status(StatusCode::kInvalidArgument,
+                    "forward: no router logits given and the engine has no router weight to compute them");
+    int current = -1;
+    FP4MOE_CUDA_RETURN(cudaGetDevice(&current));
+    if (current != opts_.device) FP4MOE_CUDA_RETURN(cudaSetDevice(opts_.device));
+
+    const BucketTactics& bt = tactics_[bucket_index(T)];
+    Status st;
+    const uint16_t* y_shared = nullptr;
+    if (w_.has_shared() && serial_) {
+      st = shared_expert(x, T, bt, stream);
+      if (!st.is_ok()) return st;
+      return finish_forward(x, T, logits, bt, ptrs_.ys, out, stream);
+    }
+    if (w_.has_shared()) {
+      FP4MOE_CUDA_RETURN(cudaEventRecord(fork_, stream));
+      FP4MOE_CUDA_RETURN(cudaStreamWaitEvent(side_, fork_, 0));
+      st = shared_expert(x, T, bt, side_);
+      if (!st.is_ok()) return st;
+      FP4MOE_CUDA_RETURN(cudaEventRecord(join_, side_));
+      y_shared = ptrs_.ys;
+    }
+    st = routed(x, T, logits, bt, stream);
+    // Join the side stream even after an error, so a capture in progress stays well formed.
+    if (y_shared) {
+      const cudaError_t err = cudaStreamWaitEvent(stream, join_, 0);
+      if (st.is_ok() && err != cudaSuccess) return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+    }
+    if (!st.is_ok()) return st;
+    return launch_finalize(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, y_shared, T, K, H, out, stream);
+  }
+
+  // Serial variant: routed experts and finalize on `stream` after the shared expert.
+  Status finish_forward(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt,
+                        const uint16_t* y_shared, uint16_t* out, cudaStream_t stream) {
+    const Status st = routed(x, T, logits, bt, stream);
+    if (!st.is_ok()) return st;
+    return launch_finalize(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, y_shared, T, cfg_.topk, cfg_.hidden, out,
+                           stream);
+  }
+
+  // Routing, permutation and the routed experts' FC1 / FC2 on `stream`.
+  Status routed(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt, cudaStream_t stream) {
+    const int64_t K = cfg_.topk, E = cfg_.num_experts, H = cfg_.hidden, I = cfg_.inter;
+    Status st;
+    if (!logits) {
+      st = engine::launch_router_logits(x, w_.router.as<float>(), T, H, E, ptrs_.logits, stream);
+      if (!st.is_ok()) return st;
+      logits = ptrs_.logits;
+    }
+    st = launch_routing(logits, w_.bias.as<float>(), T, cfg_, ptrs_.topk_ids, ptrs_.topk_weights, stream);
+    if (!st.is_ok()) return st;
+    PermuteBuffers pb;
+    pb.rank = ptrs_.rank;
+    pb.chunk_base = ptrs_.chunk_base;
+    pb.offsets = ptrs_.offsets;
+    pb.gather = ptrs_.gather;
+    pb.pair_pos = ptrs_.pair_pos;
+    pb.shared_offsets = nullptr;  // written on the side stream by shared_expert()
+    st = launch_permute(ptrs_.topk_ids, T, K, E, pb, stream);
+    if (!st.is_ok()) return st;
+
+    // Routed experts.
+    GroupedGemmArgs a1;
+    a1.problem = sized(w_.fc1.shape, T * K, T);
+    a1.expert_offsets = ptrs_.offsets;
+    a1.a = x;
+    a1.a_row_index = ptrs_.gather;
+    a1.a_ld = H;
+    a1.weights = w_.fc1.weights(bt.fc1->desc().layout);
+    a1.tensor_scales = w_.fc1.tensor_scales.as<float>();
+    a1.out = ptrs_.h1;
+    a1.workspace = ptrs_.tactic;
+    if ((st = bt.fc1->run(a1, stream)), !st.is_ok()) return st;
+    GroupedGemmArgs a2;
+    a2.problem = sized(w_.fc2.shape, T * K, T);
+    a2.expert_offsets = ptrs_.offsets;
+    a2.a = ptrs_.h1;
+    a2.a_ld = I;
+    a2.weights = w_.fc2.weights(bt.fc2->desc().layout);
+    a2.tensor_scales = w_.fc2.tensor_scales.as<float>();
+    a2.out = ptrs_.y;
+    a2.workspace = ptrs_.tactic;
+    return bt.fc2->run(a2, stream);
+
+  }
+
+  // The shared expert: one expert holding all T rows, FC1 then FC2 into ptrs_.ys, on `stream`.
+  Status shared_expert(const uint16_t* x, int64_t T, const BucketTactics& bt, cudaStream_t stream) {
+    Status st = launch_write_offsets(ptrs_.shared_offsets, T, stream);
+    if (!st.is_ok()) return st;
+    const int64_t H = cfg_.hidden, Is = w_.shared_fc1.shape.n;
+    GroupedGemmArgs s1;
+    s1.problem = sized(w_.shared_fc1.shape, T, T);
+    s1.expert_offsets = ptrs_.shared_offsets;
+    s1.a = x;
+    s1.a_ld = H;
+    s1.out = ptrs_.hs;
+    s1.workspace = ptrs_.tactic_shared;
+    GroupedGemmArgs s2;
+    s2.problem = sized(w_.shared_fc2.shape, T, T);
+    s2.expert_offsets = ptrs_.shared_offsets;
+    s2.a = ptrs_.hs;
+    s2.a_ld = Is;
+    s2.out = ptrs_.ys;
+    s2.workspace = ptrs_.tactic_shared;
+    if (w_.shared_fc1.bf16) {
+      s1.weights = w_.shared_fc1.canonical.get();
+      s2.weights = w_.shared_fc2.canonical.get();
+      if ((st = portable::run_bf16_grouped(s1, stream)), !st.is_ok()) return st;
+      return portable::run_bf16_grouped(s2, stream);
+    }
+    s1.weights = w_.shared_fc1.weights(bt.shared_fc1->desc().layout);
+    s1.tensor_scales = w_.shared_fc1.tensor_scales.as<float>();
+    s2.weights = w_.shared_fc2.weights(bt.shared_fc2->desc().layout);
+    s2.tensor_scales = w_.shared_fc2.tensor_scales.as<float>();
+    if ((st = bt.shared_fc1->run(s1, stream)), !st.is_ok()) return st;
+    return bt.shared_fc2->run(s2, stream);
+  }
+
+  const MoeConfig& config() const override { return cfg_; }
+  std::string fc1_tactic_for(int64_t tokens) const override {
+    return tactics_[bucket_index(std::max<int64_t>(tokens, 1))].fc1->desc().name;
+  }
+  std::string fc2_tactic_for(int64_t tokens) const override {
+    return tactics_[bucket_index(std::max<int64_t>(tokens, 1))].fc2->desc().name;
+  }
+  size_t workspace_bytes() const override { return plan_.total; }
+  size_t weight_bytes() const override {
+    return w_.fc1.device_bytes() + w_.fc2.device_bytes() + w_.shared_fc1.device_bytes() + w_.shared_fc2.device_bytes() +
+           w_.router.bytes() + w_.bias.bytes();
+  }
+
+ private:
+  size_t bucket_index(int64_t tokens) const {
+    size_t i = 0;
+    while (i + 1 < buckets_.size() && buckets_[i] < tokens) ++i;
+    return i;
+  }
+
+  MoeConfig cfg_;
+  EngineOptions opts_;
+  DeviceCaps caps_;
+  DeviceLayerWeights w_;
+  std::vector<int64_t> buckets_;
+  std::vector<BucketTactics> tactics_;
+  WorkspacePlan plan_;
+  DeviceBuffer workspace_;
+  WorkspacePointers ptrs_;
+  // The shared expert runs on side_ between fork_ (recorded on the caller's stream) and join_ (waited on
+  // by the caller's stream before finalize): it overlaps routing, permutation and the routed GEMMs.
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool serial_ = false;  // FP4MOE_SERIAL_STREAM: everything on the caller's stream
+};
+
+Status create_engine(const MoeConfig& cfg, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out,
+                     const std::function<void(DeviceLayerWeights&)>& load) {
+  if (!out) return Status(StatusCode::kInvalidArgument, "MoeEngine::create: output pointer is null");
+  out->reset();
+  auto engine = std::make_unique<CudaMoeEngine>();
+  Status st = status_from([&] {
+    engine->setup(cfg, opts);
+    load(engine->weights());
+    engine->finish();
+  });
+  if (!st.is_ok()) {
+    (void)cudaGetLastError();  // leave no non-sticky error behind for the caller's next call
+    return st;
+  }
+  *out = std::move(engine);
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace engine
+
+Status MoeEngine::create(const MoeLayerWeights& weights, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out) {
+  return engine::create_engine(weights.config, opts, out,
+                               [&](engine::DeviceLayerWeights& w) { engine::upload_layer(weights, &w); });
+}
+
+Status MoeEngine::create_synthetic(const MoeConfig& cfg, const SyntheticSpec& spec, const EngineOptions& opts,
+                                   std::unique_ptr<MoeEngine>* out) {
+  return engine::create_engine(cfg, opts, out, [&](engine::DeviceLayerWeights& w) {
+    engine::generate_synthetic_layer(cfg, spec, &w, nullptr);
+  });
+}
+
+bool cuda_backend_available(std::string* why_not) {
+  const int n = cuda_device_count();
+  if (n <= 0) {
+    if (why_not) *why_not = "no CUDA device is present (or no driver)";
+    return false;
+  }
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why_not) *why_not = "cannot read the compute capability of CUDA device 0";
+    return false;
+  }
+  if (major < 8) {
+    if (why_not) *why_not = fmt::format("CUDA device 0 is sm_{}{}; fp4moe needs sm_80 or newer", major, minor);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace fp4moe

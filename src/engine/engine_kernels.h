@@ -1,0 +1,59 @@
+// Host entry points of the engine's own kernels (routing, permutation, finalize, synthetic weights).
+// Every launcher is asynchronous on `stream`, allocates nothing, and returns the launch error, if any,
+// as a Status naming the kernel. Plain C++ header: no CUDA types.
+#pragma once
+#include <cstdint>
+
+#include "fp4moe/config.h"
+#include "fp4moe/status.h"
+#include "fp4moe/tactic.h"
+
+namespace fp4moe::engine {
+
+// --- routing (routing.cu) ---------------------------------------------------------------------------
+// logits [T, E] fp32 = x [T, H] (bf16) . router_weight [E, H]^T (fp32), fp32 accumulation (R2).
+Status launch_router_logits(const uint16_t* x, const float* router_weight, int64_t tokens, int64_t hidden,
+                            int64_t experts, float* logits, Stream stream);
+// Top-k routing of cfg.routing (softmax top-k, or sigmoid grouped with the correction bias `bias`, which
+// may be null) with the reference's semantics (src/reference/routing.cpp): ids [T, topk] best first,
+// ties to the lower index; weights [T, topk] fp32.
+Status launch_routing(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg, int32_t* ids,
+                      float* weights, Stream stream);
+// Shared-memory opt-ins for very wide routers; once at engine creation (never inside a capture).
+Status prepare_routing_kernels(const MoeConfig& cfg);
+
+// --- permutation (permute.cu) -----------------------------------------------------------------------
+// Groups the T*topk (token, rank) pairs by expert, stably (pair order inside an expert), so the result
+// is deterministic. Buffers (device):
+struct PermuteBuffers {
+  int32_t* rank = nullptr;            // [pairs] rank of the pair among its chunk's pairs of the same expert
+  int32_t* chunk_base = nullptr;      // [permute_chunks(pairs)][E] per-chunk counts, then row bases
+  int32_t* offsets = nullptr;         // [E + 1] expert row offsets (the grouped GEMMs' expert_offsets)
+  int32_t* gather = nullptr;          // [pairs] token of each grouped row (FC1's a_row_index)
+  int32_t* pair_pos = nullptr;        // [pairs] grouped row of pair t*topk + k (for finalize)
+  int32_t* shared_offsets = nullptr;  // [2] or null: set to {0, T} for the shared expert's GEMMs
+};
+int64_t permute_chunks(int64_t pairs);  // chunks of 256 pairs
+Status prepare_permute_kernels(int64_t experts);  // once at engine creation
+// dst[0] = 0, dst[1] = tokens (the shared expert's offsets: one expert holding every row).
+Status launch_write_offsets(int32_t* dst, int64_t tokens, Stream stream);
+Status launch_permute(const int32_t* ids, int64_t tokens, int64_t topk, int64_t experts, const PermuteBuffers& b,
+                      Stream stream);
+
+// --- finalize (finalize.cu) -------------------------------------------------------------------------
+// out[t] = bf16( sum_k w[t,k] * y[pair_pos[t*topk+k]] (+ y_shared[t]) ), fp32, k in order then shared (R5).
+// y [pairs, H] bf16, y_shared [T, H] bf16 or null, out [T, H] bf16; H a multiple of 8, 16-byte aligned rows.
+Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* weights, const uint16_t* y_shared,
+                       int64_t tokens, int64_t topk, int64_t hidden, uint16_t* out, Stream stream);
+
+// --- synthetic weights (synthetic.cu) ---------------------------------------------------------------
+// `count` experts of one tensor: dst + i * dst_stride receives the bytes of expert (expert0 + i), byte j =
+// synthetic_code_byte(seed, expert, tensor, j) (codes) or synthetic_scale_byte(...) (scales), j < bytes.
+// Expert index kSyntheticSharedExpert (with count 1) is the shared expert.
+Status launch_synthetic_bytes(uint64_t seed, int64_t expert0, int64_t count, uint32_t tensor, bool scales,
+                              uint8_t* dst, int64_t dst_stride, int64_t bytes, Stream stream);
+// Router weight [E, H] (synthetic_router_value) and correction bias [E] (synthetic_bias_value).
+Status launch_synthetic_router(uint64_t seed, int64_t experts, int64_t hidden, float scale, float* dst, Stream stream);
+Status launch_synthetic_bias(uint64_t seed, int64_t experts, float* dst, Stream stream);
+
+}  // namespace fp4moe::engine

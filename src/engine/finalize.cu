@@ -1,0 +1,74 @@
+// Finalize: the top-k weighted combine of the FC2 rows (+ the shared expert) into bf16 `out` (R5).
+//
+// Grid (T, ceil(H / 8 / 256)); each thread owns 8 consecutive hidden columns of one token and reads
+// them with 16-byte loads from each of the token's topk grouped rows (pair_pos), accumulating in fp32
+// in rank order, then adds the shared expert's row. Multiplies and adds are separately rounded
+// (__fmul_rn / __fadd_rn), the reference's exact operation order, so the combine adds no error of its own.
+#include <cuda_runtime.h>
+
+#include "engine/cuda_check.h"
+#include "engine/engine_kernels.h"
+#include "fp4moe/dtype.h"
+
+namespace fp4moe::engine {
+
+namespace {
+
+constexpr int kFinalizeThreads = 256;
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_pos,
+                    const float* __restrict__ weights, const uint16_t* __restrict__ y_shared, int topk, int hidden,
+                    uint16_t* __restrict__ out) {
+  const int t = blockIdx.x;
+  const int c8 = blockIdx.y * kFinalizeThreads + threadIdx.x;  // group of 8 columns
+  if (c8 * 8 >= hidden) return;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int k = 0; k < topk; ++k) {
+    const int64_t pair = static_cast<int64_t>(t) * topk + k;
+    const int row = pair_pos[pair];
+    const float w = weights[pair];
+    const uint4 v = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(row) * hidden + c8 * 8);
+    float f[8];
+    unpack8(v, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, f[i]));
+  }
+  if (y_shared) {
+    const uint4 v = *reinterpret_cast<const uint4*>(y_shared + static_cast<int64_t>(t) * hidden + c8 * 8);
+    float f[8];
+    unpack8(v, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], f[i]);
+  }
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    o[i] = static_cast<uint32_t>(f32_to_bf16_bits(acc[2 * i])) | (static_cast<uint32_t>(f32_to_bf16_bits(acc[2 * i + 1])) << 16);
+  *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + c8 * 8) = make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+}  // namespace
+
+Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* weights, const uint16_t* y_shared,
+                       int64_t tokens, int64_t topk, int64_t hidden, uint16_t* out, Stream stream) {
+  if (tokens == 0) return Status::ok();
+  if (hidden % 8 != 0)
+    return Status(StatusCode::kInvalidArgument, fmt::format("finalize: hidden = {} is not a multiple of 8", hidden));
+  const int64_t groups = hidden / 8;
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((groups + kFinalizeThreads - 1) / kFinalizeThreads));
+  finalize_kernel<<<grid, kFinalizeThreads, 0, stream>>>(y, pair_pos, weights, y_shared, static_cast<int>(topk),
+                                                         static_cast<int>(hidden), out);
+  return cuda_launch_status("finalize_kernel launch", __FILE__, __LINE__);
+}
+
+}  // namespace fp4moe::engine

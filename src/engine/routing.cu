@@ -1,0 +1,261 @@
+// Routing kernels: router logits (R2) and the two top-k families, one warp per token.
+//
+// route_kernel: a block of 4 warps handles 4 tokens. Shared memory per warp (floats):
+//   [0, E)                 score used for selection (softmax p, or sigmoid s + bias); -inf once taken
+//                          or masked out by group selection
+//   [E, 2E)                value used for the weight (softmax p, or unbiased sigmoid s)
+//   [2E, 2E + n_group)     group scores (sigmoid routing)
+//   [2E + n_group, + topk) the selected raw weights, in rank order
+// Selection is a warp arg-max repeated topk times; the comparison (larger score, then lower index) is a
+// total order, so the butterfly reduction gives every lane the same winner and the result is exactly
+// the reference's partial_sort order. Weights are normalised with the reference's operation order
+// (a sequential sum in rank order, then divide, then the routed scaling factor).
+//
+// router_logits_kernel: tile of 16 tokens x 64 experts per 256-thread block, K in steps of 32 through
+// shared memory; each thread accumulates 4 experts of one token in fp32.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "engine/cuda_check.h"
+#include "engine/engine_kernels.h"
+#include "fp4moe/dtype.h"
+
+namespace fp4moe::engine {
+
+namespace {
+
+constexpr int kRouteWarps = 4;
+
+struct RouteParams {
+  int experts = 0, topk = 0;
+  int n_group = 1, topk_group = 1;
+  int norm = 0;
+  float scale = 1.0f;
+};
+
+// Better = larger value, then lower index.
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Picks the `count` best entries of score[0, n) (ties: lower index), setting each to -inf once taken;
+// calls take(rank, index) on every lane for each pick.
+template <typename Take>
+__device__ void warp_topk(float* score, int n, int count, Take take) {
+  const int lane = threadIdx.x & 31;
+  for (int j = 0; j < count; ++j) {
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int e = lane; e < n; e += 32)
+      if (better(score[e], e, bv, bi)) {
+        bv = score[e];
+        bi = e;
+      }
+    warp_argmax(bv, bi);
+    take(j, bi);
+    __syncwarp();
+    if (lane == (bi & 31)) score[bi] = -INFINITY;
+    __syncwarp();
+  }
+}
+
+template <bool kSigmoid>
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int tokens, RouteParams rp,
+                 int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float route_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t = blockIdx.x * kRouteWarps + warp;
+  if (t >= tokens) return;  // whole warp
+  const int E = rp.experts, K = rp.topk;
+  float* score = route_smem + warp * (2 * E + rp.n_group + K);
+  float* value = score + E;
+  float* gscore = value + E;
+  float* wsel = gscore + rp.n_group;
+  const float* l = logits + static_cast<int64_t>(t) * E;
+
+  if constexpr (!kSigmoid) {
+    float m = -INFINITY;
+    for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += 32) {
+      const float x = expf(l[e] - m);
+      value[e] = x;
+      sum += x;
+    }
+    sum = warp_sum(sum);
+    for (int e = lane; e < E; e += 32) {
+      const float p = value[e] / sum;
+      value[e] = p;
+      score[e] = p;
+    }
+    __syncwarp();
+  } else {
+    for (int e = lane; e < E; e += 32) {
+      const float s = 1.0f / (1.0f + expf(-l[e]));
+      value[e] = s;
+      score[e] = s + (bias ? bias[e] : 0.0f);
+    }
+    __syncwarp();
+    // Group scores: top1 + top2 of the choice scores (top1 alone for groups of one).
+    const int G = E / rp.n_group;
+    for (int gi = lane; gi < rp.n_group; gi += 32) {
+      const float* c = score + gi * G;
+      float top1 = -INFINITY, top2 = -INFINITY;
+      for (int j = 0; j < G; ++j) {
+        if (c[j] > top1) {
+          top2 = top1;
+          top1 = c[j];
+        } else if (c[j] > top2) {
+          top2 = c[j];
+        }
+      }
+      gscore[gi] = G == 1 ? top1 : top1 + top2;
+    }
+    __syncwarp();
+    // Keep the topk_group best groups: taken groups are marked -inf, the rest masked out afterwards.
+    warp_topk(gscore, rp.n_group, rp.topk_group, [](int, int) {});
+    for (int e = lane; e < E; e += 32)
+      if (gscore[e / G] != -INFINITY) score[e] = -INFINITY;
+    __syncwarp();
+  }
+
+  warp_topk(score, E, K, [&](int j, int idx) {
+    if (lane == 0) {
+      ids[static_cast<int64_t>(t) * K + j] = idx;
+      wsel[j] = value[idx];
+    }
+  });
+  __syncwarp();
+  // Normalise exactly like the reference: sequential sum in rank order (every lane computes it).
+  float wsum = 0.0f;
+  for (int j = 0; j < K; ++j) wsum = __fadd_rn(wsum, wsel[j]);
+  const float denom = kSigmoid ? __fadd_rn(wsum, 1e-20f) : wsum;
+  for (int j = lane; j < K; j += 32) {
+    float w = wsel[j];
+    if (rp.norm) w = __fdiv_rn(w, denom);
+    weights[static_cast<int64_t>(t) * K + j] = __fmul_rn(w, rp.scale);
+  }
+}
+
+constexpr int kLogitTokens = 16, kLogitExperts = 64, kLogitK = 32;
+
+__global__ void __launch_bounds__(256)
+    router_logits_kernel(const uint16_t* __restrict__ x, const float* __restrict__ w, int tokens, int hidden,
+                         int experts, float* __restrict__ logits) {
+  __shared__ float xs[kLogitTokens][kLogitK + 1];
+  __shared__ float ws[kLogitExperts][kLogitK + 1];
+  const int tid = threadIdx.x;
+  const int t0 = blockIdx.x * kLogitTokens, e0 = blockIdx.y * kLogitExperts;
+  const int my_t = tid / 16, my_e = tid % 16;  // experts my_e + 16 j, j < 4
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k0 = 0; k0 < hidden; k0 += kLogitK) {
+    for (int i = tid; i < kLogitTokens * kLogitK; i += 256) {
+      const int r = i / kLogitK, c = i % kLogitK;
+      const int t = t0 + r, k = k0 + c;
+      xs[r][c] = (t < tokens && k < hidden) ? bf16_bits_to_f32(x[static_cast<int64_t>(t) * hidden + k]) : 0.0f;
+    }
+    for (int i = tid; i < kLogitExperts * kLogitK; i += 256) {
+      const int r = i / kLogitK, c = i % kLogitK;
+      const int e = e0 + r, k = k0 + c;
+      ws[r][c] = (e < experts && k < hidden) ? w[static_cast<int64_t>(e) * hidden + k] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int c = 0; c < kLogitK; ++c) {
+      const float xv = xs[my_t][c];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j] = fmaf(xv, ws[my_e + 16 * j][c], acc[j]);
+    }
+    __syncthreads();
+  }
+  const int t = t0 + my_t;
+  if (t < tokens)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int e = e0 + my_e + 16 * j;
+      if (e < experts) logits[static_cast<int64_t>(t) * experts + e] = acc[j];
+    }
+}
+
+size_t route_smem_bytes(const RouteParams& rp) {
+  return sizeof(float) * kRouteWarps * static_cast<size_t>(2 * rp.experts + rp.n_group + rp.topk);
+}
+
+RouteParams route_params(const MoeConfig& cfg) {
+  RouteParams rp;
+  rp.experts = static_cast<int>(cfg.num_experts);
+  rp.topk = static_cast<int>(cfg.topk);
+  const bool sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped;
+  rp.n_group = sigmoid ? static_cast<int>(cfg.n_group) : 1;
+  rp.topk_group = sigmoid ? static_cast<int>(cfg.topk_group) : 1;
+  rp.norm = cfg.norm_topk_prob ? 1 : 0;
+  rp.scale = cfg.routed_scaling_factor;
+  return rp;
+}
+
+}  // namespace
+
+Status prepare_routing_kernels(const MoeConfig& cfg) {
+  const size_t smem = route_smem_bytes(route_params(cfg));
+  if (smem > 48 * 1024) {  // very wide routers: opt in once, outside any forward (graph capture)
+    FP4MOE_CUDA_RETURN(cudaFuncSetAttribute(route_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+    FP4MOE_CUDA_RETURN(cudaFuncSetAttribute(route_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+  }
+  return Status::ok();
+}
+
+Status launch_router_logits(const uint16_t* x, const float* router_weight, int64_t tokens, int64_t hidden,
+                            int64_t experts, float* logits, Stream stream) {
+  if (tokens == 0) return Status::ok();
+  const dim3 grid(static_cast<unsigned>((tokens + kLogitTokens - 1) / kLogitTokens),
+                  static_cast<unsigned>((experts + kLogitExperts - 1) / kLogitExperts));
+  router_logits_kernel<<<grid, 256, 0, stream>>>(x, router_weight, static_cast<int>(tokens), static_cast<int>(hidden),
+                                                 static_cast<int>(experts), logits);
+  return cuda_launch_status("router_logits_kernel launch", __FILE__, __LINE__);
+}
+
+Status launch_routing(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg, int32_t* ids,
+                      float* weights, Stream stream) {
+  if (tokens == 0) return Status::ok();
+  const RouteParams rp = route_params(cfg);
+  const bool sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped;
+  const size_t smem = route_smem_bytes(rp);
+  const unsigned blocks = static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps);
+  if (sigmoid) {
+    route_kernel<true><<<blocks, kRouteWarps * 32, smem, stream>>>(logits, bias, static_cast<int>(tokens), rp, ids,
+                                                                   weights);
+  } else {
+    route_kernel<false><<<blocks, kRouteWarps * 32, smem, stream>>>(logits, nullptr, static_cast<int>(tokens), rp, ids,
+                                                                    weights);
+  }
+  return cuda_launch_status("route_kernel launch", __FILE__, __LINE__);
+}
+
+}  // namespace fp4moe::engine

@@ -1,0 +1,104 @@
+// Tactic choice for the engine (see tactic_choice.h).
+#include "engine/tactic_choice.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace fp4moe::engine {
+
+namespace {
+
+bool supports(const TacticDesc& d, GemmOp op) {
+  return std::find(d.req.ops.begin(), d.req.ops.end(), op) != d.req.ops.end();
+}
+
+bool is_excluded(const TacticRequest& req, const std::string& name) {
+  return std::find(req.excluded.begin(), req.excluded.end(), name) != req.excluded.end();
+}
+
+std::string known_names() {
+  std::string s;
+  for (const TacticDesc& d : all_tactic_descs()) s += (s.empty() ? "" : ", ") + d.name;
+  return s;
+}
+
+// Usable by name: known, runnable in this build, not excluded, implements the op, preflight passes.
+Status usable(const std::string& name, const GemmProblem& p, const DeviceCaps& caps, const TacticRequest& req,
+              GroupedGemmTactic** out) {
+  GroupedGemmTactic* t = find_tactic(name);
+  if (!t) {
+    const bool described = std::any_of(all_tactic_descs().begin(), all_tactic_descs().end(),
+                                       [&](const TacticDesc& d) { return d.name == name; });
+    return Status(described ? StatusCode::kUnsupported : StatusCode::kInvalidArgument,
+                  described ? fmt::format("tactic '{}' is not runnable in this build (no CUDA kernels)", name)
+                            : fmt::format("unknown tactic '{}' (known: {})", name, known_names()));
+  }
+  if (is_excluded(req, name))
+    return Status(StatusCode::kInvalidArgument, fmt::format("tactic '{}' is in the excluded list", name));
+  if (!supports(t->desc(), p.op))
+    return Status(StatusCode::kUnsupported, fmt::format("tactic '{}' does not implement {}", name, gemm_op_name(p.op)));
+  const TacticCheck c = t->check(p, caps);
+  if (!c.ok) return Status(StatusCode::kUnsupported, fmt::format("tactic '{}' cannot run {}: {}", name, p.to_string(), c.reason));
+  *out = t;
+  return Status::ok();
+}
+
+}  // namespace
+
+const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_descs, const GemmProblem& p) {
+  if (usable_descs.empty()) return nullptr;
+  std::string fallback_family;
+  for (const TacticDesc& d : all_tactic_descs())
+    if (d.is_fallback) fallback_family = d.family;
+  std::vector<const TacticDesc*> pool;
+  for (const TacticDesc* d : usable_descs)
+    if (d->family != fallback_family) pool.push_back(d);  // a specialised family that passes wins
+  if (pool.empty()) pool = usable_descs;
+  const int64_t experts = std::max<int64_t>(1, p.num_experts);
+  int64_t rows = (p.total_rows + experts - 1) / experts;  // expected rows per expert, uniform routing
+  if (p.max_rows_per_expert > 0) rows = std::min(rows, p.max_rows_per_expert);
+  rows = std::max<int64_t>(rows, 1);
+  const TacticDesc* best = nullptr;
+  for (const TacticDesc* d : pool)  // smallest token tile that covers the rows
+    if (d->tile_n >= rows && (!best || d->tile_n < best->tile_n)) best = d;
+  if (!best)
+    for (const TacticDesc* d : pool)  // else the largest tile
+      if (!best || d->tile_n > best->tile_n) best = d;
+  return best;
+}
+
+Status choose_tactic(const GemmProblem& p, const DeviceCaps& caps, const TacticRequest& req, GroupedGemmTactic** out,
+                     std::string* note) {
+  *out = nullptr;
+  if (!req.forced.empty()) {
+    Status st = usable(req.forced, p, caps, req, out);
+    if (!st.is_ok()) return Status(st.code(), "forced " + st.message());
+    return st;
+  }
+  if (!req.tuned.empty()) {
+    Status st = usable(req.tuned, p, caps, req, out);
+    if (st.is_ok()) return st;
+    if (note) *note = "tuned choice ignored: " + st.message();
+  }
+  std::vector<const TacticDesc*> ok;
+  std::string reasons;
+  for (const TacticDesc& d : all_tactic_descs()) {
+    if (!supports(d, p.op)) continue;  // a variant for the other op only
+    GroupedGemmTactic* t = nullptr;
+    Status st = usable(d.name, p, caps, req, &t);
+    if (st.is_ok())
+      ok.push_back(&d);
+    else
+      reasons += "\n  " + st.message();
+  }
+  const TacticDesc* best = heuristic_choice(ok, p);
+  if (!best)
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("no tactic can run {} on {} (sm_{}):{}", p.to_string(), caps.name, caps.cc(),
+                              reasons.empty() ? " no tactics registered" : reasons));
+  *out = find_tactic(best->name);
+  return Status::ok();
+}
+
+}  // namespace fp4moe::engine

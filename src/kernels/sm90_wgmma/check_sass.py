@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Checks the SASS of the sm90 kernels (cuobjdump -sass BINARY | check_sass.py): every kernel has HGMMA,
+no local memory (LDL/STL), and no instruction writes an in-flight HGMMA's A or accumulator registers
+(or reads its accumulators) before the WARPGROUP.DEPBAR that retires it. RS wgmma reads its A registers
+asynchronously, so reusing them early is a race that only shows under unlucky timing.
+
+The scan is linear in address order (it does not follow branches), which covers the straight-line
+stage body where the A fragments of several chunks are in flight at once. Exit status 1 on a finding."""
+import re
+import sys
+
+def regs(first, count):
+    return {first + i for i in range(count)}
+
+def dest_width(op):
+    if ".128" in op:
+        return 4
+    if ".64" in op or op.startswith("IMAD.WIDE") or op.startswith("LEA.HI.X.SX32"):
+        return 2
+    return 1
+
+NO_DEST = ("ST", "RED", "BRA", "BAR", "SYNCS", "WARPGROUP", "EXIT", "RET", "CALL", "BSSY", "BSYNC", "NOP",
+           "WARPSYNC", "MEMBAR", "FENCE", "DEPBAR", "UTMA", "LDGSTS", "ARRIVES", "YIELD", "ERRBAR", "CCTL")
+
+def main():
+    funcs = {}
+    name = None
+    for line in sys.stdin:
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            funcs[name] = []
+            continue
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", line)
+        if m and name:
+            funcs[name].append(m.group(1).strip())
+    bad = 0
+    kernels = {n: ins for n, ins in funcs.items() if "grouped_kernel" in n}
+    for n, ins in kernels.items():
+        hgmma = sum(1 for i in ins if "HGMMA" in i)
+        local = sum(1 for i in ins if re.match(r"(@!?U?P\w+\s+)?(LDL|STL)", i))
+        inflight_a, inflight_d = set(), set()
+        for i in ins:
+            body = re.sub(r"^@!?U?P\w+\s+", "", i)
+            op = body.split()[0]
+            operands = body[len(op):].split(",")
+            if op.startswith("HGMMA"):
+                m = re.match(r"HGMMA\.64x(\d+)x16\S*\s+R(\d+),\s*R(\d+)", body)
+                if m:
+                    n_cols, d0, a0 = int(m.group(1)), int(m.group(2)), int(m.group(3))
+                    inflight_d |= regs(d0, n_cols // 2)
+                    inflight_a |= regs(a0, 4)
+                continue
+            if op.startswith("WARPGROUP.DEPBAR") and "0x0" in body:
+                inflight_a.clear()
+                inflight_d.clear()
+                continue
+            srcs = {int(x) for x in re.findall(r"\bR(\d+)\b", ",".join(operands[1:]))}
+            if srcs & inflight_d:
+                print(f"{n}: '{i}' reads in-flight accumulators {sorted(srcs & inflight_d)}")
+                bad += 1
+            if op.startswith(NO_DEST) or not operands or not operands[0].strip().startswith("R"):
+                continue
+            m = re.match(r"\s*R(\d+)", operands[0])
+            if not m:
+                continue
+            dst = regs(int(m.group(1)), dest_width(op))
+            if dst & (inflight_a | inflight_d):
+                print(f"{n}: '{i}' writes in-flight wgmma registers {sorted(dst & (inflight_a | inflight_d))}")
+                bad += 1
+        print(f"{n[:110]}: HGMMA {hgmma}, LDL/STL {local}")
+        if hgmma == 0 or local != 0:
+            bad += 1
+    if not kernels:
+        print("no sm90 grouped kernels found")
+        return 1
+    return 1 if bad else 0
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+// Host side of the sm90 family: the runnable tactics (one per line of tactics.def), their launch, and
+// the family hooks for the registry (families.h). Built for sm_90a only (fp4moe_cuda_sources(sm90a)).
+//
+// Why raw PTX rather than CuTe: the kernel needs exactly one unusual piece, the RS wgmma fed by a
+// hand-placed FP4 bit layout, plus mbarriers and bulk copies. That is ~100 lines of PTX wrappers
+// (sm90_ptx.cuh); CuTe would add a large dependency this project does not vendor, and its layout algebra
+// would still have to be bent around the custom A-fragment packing.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "kernels/families.h"
+#include "kernels/sm90_wgmma/sm90_family.h"
+#include "kernels/sm90_wgmma/sm90_names.h"
+#include "kernels/sm90_wgmma/sm90_nvfp4w4a16_grouped.cuh"
+#include "kernels/sm90_wgmma/sm90_pack.h"
+
+namespace fp4moe {
+namespace sm90 {
+
+namespace {
+
+Status cuda_status(cudaError_t err, const char* what, const std::string& tactic) {
+  if (err == cudaSuccess) return Status::ok();
+  return Status(StatusCode::kCudaError, fmt::format("{}: {} failed: {}", tactic, what, cudaGetErrorString(err)));
+}
+
+template <int BM, int BN, int BK, int STAGES, int CTAS>
+class Sm90Tactic final : public GroupedGemmTactic {
+ public:
+  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS>;
+  explicit Sm90Tactic(const TacticDesc& d) : desc_(d) {}
+  const TacticDesc& desc() const override { return desc_; }
+
+  TacticCheck check(const GemmProblem& p, const DeviceCaps& caps) const override {
+    TacticCheck c = check_tactic(desc_, p, caps);
+    if (!c.ok) return c;
+    if (p.num_experts > kMaxExperts)
+      return TacticCheck::fail(fmt::format("handles at most {} experts (work-list table in shared memory), problem has {}",
+                                           kMaxExperts, p.num_experts));
+    if (p.n > (int64_t(1) << 30) || p.k > (int64_t(1) << 30) || p.total_rows > (int64_t(1) << 30))
+      return TacticCheck::fail(fmt::format("needs N, K and rows below 2^30 (32-bit indices), problem is {}", p.to_string()));
+    return c;
+  }
+
+  Status init(const GemmProblem& p) override {
+    (void)p;
+    int dev = 0;
+    Status s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice", desc_.name);
+    if (!s) return s;
+    s = cuda_status(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev),
+                    "cudaDeviceGetAttribute(MultiProcessorCount)", desc_.name);
+    if (!s) return s;
+    for (auto* fn : {kernel_fc1(), kernel_fc2()}) {
+      s = cuda_status(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
+                      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
+      if (!s) return s;
+      // setmaxnreg moves registers inside the CTA's pool; with another launch register count the
+      // consumers' request could exceed what the producer returns and wait forever.
+      cudaFuncAttributes attr{};
+      s = cuda_status(cudaFuncGetAttributes(&attr, fn), "cudaFuncGetAttributes", desc_.name);
+      if (!s) return s;
+      if (attr.numRegs != Cfg::Regs::kLaunch)
+        return Status(StatusCode::kInternal,
+                      fmt::format("{}: kernel compiled to {} registers per thread, the setmaxnreg plan assumes {}",
+                                  desc_.name, attr.numRegs, Cfg::Regs::kLaunch));
+    }
+    return Status::ok();
+  }
+
+  size_t workspace_bytes(const GemmProblem&) const override { return 0; }
+
+  Status run(const GroupedGemmArgs& args, Stream stream) const override {
+    const GemmProblem& p = args.problem;
+    if (sm_count_ == 0)
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: run() before init()", desc_.name));
+    if (p.num_experts <= 0 || p.num_experts > kMaxExperts || p.k % 16 != 0 || p.k <= 0 || p.n <= 0)
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: unsupported problem {}", desc_.name, p.to_string()));
+    if (args.a_ld % 8 != 0 || args.a_ld < p.k || (reinterpret_cast<uintptr_t>(args.a) & 15) != 0 ||
+        (reinterpret_cast<uintptr_t>(args.weights) & 15) != 0)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: needs 16-byte aligned activations and weights and a_ld a multiple of 8 "
+                                "elements >= K (a_ld {}, K {})",
+                                desc_.name, args.a_ld, p.k));
+    if (p.total_rows == 0) return Status::ok();
+    const PackGeometry g = pack_geometry(p);
+    Params prm;
+    prm.expert_offsets = args.expert_offsets;
+    prm.a = args.a;
+    prm.a_row_index = args.a_row_index;
+    prm.a_ld = args.a_ld;
+    prm.weights = static_cast<const uint8_t*>(args.weights);
+    prm.tensor_scales = args.tensor_scales;
+    prm.out = args.out;
+    prm.num_experts = static_cast<int>(p.num_experts);
+    prm.n = static_cast<int>(p.n);
+    prm.k = static_cast<int>(p.k);
+    prm.tiles64 = static_cast<int>(g.tiles);
+    prm.kchunks = static_cast<int>(g.kchunks);
+    auto* fn = p.op == GemmOp::kFc1SwiGlu ? kernel_fc1() : kernel_fc2();
+    // Upper bound on work items: every expert may add a partial token tile.
+    const int64_t mtiles = (g.tiles + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    const int64_t max_items = (p.total_rows / BN + p.num_experts) * mtiles;
+    const unsigned grid =
+        static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(int64_t(sm_count_) * CTAS, max_items)));
+    fn<<<grid, kThreads, Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(prm);
+    return cuda_status(cudaGetLastError(), "kernel launch", desc_.name);
+  }
+
+ private:
+  using KernelFn = void (*)(Params);
+  static KernelFn kernel_fc1() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, true>; }
+  static KernelFn kernel_fc2() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, false>; }
+  TacticDesc desc_;
+  int sm_count_ = 0;
+};
+
+const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};
+
+template <int BM, int BN, int BK, int STAGES, int CTAS>
+bool resources_if_named(const std::string& name, cudaFuncAttributes* out, Status* st) {
+  if (name != tactic_name(BM, BN, BK, STAGES, CTAS)) return false;
+  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS>;
+  cudaFuncAttributes a{}, b{};
+  *st = cuda_status(cudaFuncGetAttributes(&a, &sm90_nvfp4w4a16_grouped_kernel<Cfg, true>), "cudaFuncGetAttributes", name);
+  if (st->is_ok())
+    *st = cuda_status(cudaFuncGetAttributes(&b, &sm90_nvfp4w4a16_grouped_kernel<Cfg, false>), "cudaFuncGetAttributes", name);
+  *out = a;
+  out->numRegs = std::max(a.numRegs, b.numRegs);
+  out->localSizeBytes = std::max(a.localSizeBytes, b.localSizeBytes);
+  return true;
+}
+
+}  // namespace
+
+Status kernel_resources(const std::string& tactic_name, cudaFuncAttributes* out) {
+  Status st(StatusCode::kNotFound, fmt::format("no sm90 tactic named '{}'", tactic_name));
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, REGS) \
+  if (resources_if_named<BM, BN, BK, STAGES, CTAS>(tactic_name, out, &st)) return st;
+#include "kernels/sm90_wgmma/tactics.def"
+#undef FP4MOE_SM90_TACTIC
+  return st;
+}
+
+}  // namespace sm90
+
+void append_sm90_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out) {
+  std::vector<TacticDesc> descs;
+  append_sm90_tactic_descs(descs);
+  size_t i = 0;
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, REGS) \
+  out.push_back(std::make_unique<sm90::Sm90Tactic<BM, BN, BK, STAGES, CTAS>>(descs.at(i++)));
+#include "kernels/sm90_wgmma/tactics.def"
+#undef FP4MOE_SM90_TACTIC
+}
+
+const WeightLayoutOps* sm90_weight_layout_ops() { return &sm90::kSm90LayoutOps; }
+
+}  // namespace fp4moe

@@ -1,0 +1,67 @@
+// CPU description of the kSm90Interleaved pack (sm90_layout.h) and its inverse, used by the tests to
+// check the device pack byte for byte and to check that the layout round-trips to the canonical values.
+#include <cstring>
+
+#include "kernels/sm90_wgmma/sm90_pack.h"
+
+namespace fp4moe {
+namespace sm90 {
+
+void pack_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst) {
+  std::memset(dst, 0, kPackBlockBytes);
+  for (int p = 0; p < kPackRows; ++p) {
+    const int64_t r = packed_row_source(g.fc1, g.n, t, p);
+    if (r < 0) continue;  // padding rows: zero codes, zero scales
+    for (int kk = 0; kk < kPackK; ++kk) {
+      const int64_t k = c * kPackK + kk;
+      if (k >= g.k) break;  // padding columns
+      const uint8_t sc = src.scale(e, r, k);
+      const CodeSite site = code_site(p, kk);
+      uint32_t word;
+      std::memcpy(&word, dst + site.word_offset, 4);
+      word = place_code(word, site.slot, site.half, effective_code(src.code(e, r, k), sc));
+      std::memcpy(dst + site.word_offset, &word, 4);
+      if (kk % 16 == 0) dst[scale_site(p, kk / 16)] = e4m3_to_e5m3u(sc);
+    }
+  }
+}
+
+std::vector<uint8_t> pack_cpu(const GemmProblem& p, const void* canonical) {
+  const PackGeometry g = pack_geometry(p);
+  const CanonicalView src = canonical_view(g, canonical);
+  std::vector<uint8_t> out(static_cast<size_t>(g.bytes()));
+  for (int64_t e = 0; e < g.experts; ++e)
+    for (int64_t t = 0; t < g.tiles; ++t)
+      for (int64_t c = 0; c < g.kchunks; ++c)
+        pack_block_cpu(g, src, e, t, c, out.data() + g.block_index(e, t, c) * kPackBlockBytes);
+  return out;
+}
+
+float packed_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
+  // Find the tile and packed row that hold canonical row r.
+  int64_t t = 0;
+  int p = 0;
+  if (g.fc1) {
+    const int64_t j = r < g.n ? r : r - g.n;
+    t = j / 32;
+    const int64_t jj = j % 32;
+    p = static_cast<int>(16 * (jj / 8) + (jj % 8) + (r < g.n ? 0 : 8));
+  } else {
+    t = r / 64;
+    p = static_cast<int>(r % 64);
+  }
+  const uint8_t* block = packed + g.block_index(e, t, k / kPackK) * kPackBlockBytes;
+  const int kk = static_cast<int>(k % kPackK);
+  const CodeSite site = code_site(p, kk);
+  uint32_t word;
+  std::memcpy(&word, block + site.word_offset, 4);
+  const uint32_t code = extract_code(word, site.slot, site.half);
+  // The kernel's arithmetic: bf16(code * 2^-126) * bf16(scale * 2^107), then * 2^19 in the epilogue.
+  const float code_val = bf16_bits_to_f32(static_cast<uint16_t>(
+      (((code >> 2) & 1u) << 8) | (((code >> 1) & 1u) << 7) | ((code & 1u) << 6) | ((code & 8u) ? 0x8000u : 0u)));
+  const float scale_val = bf16_bits_to_f32(e5m3u_to_bf16_bits(block[scale_site(p, kk / 16)]));
+  return code_val * scale_val * kAccumulatorScale;
+}
+
+}  // namespace sm90
+}  // namespace fp4moe

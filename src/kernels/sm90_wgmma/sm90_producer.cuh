@@ -1,0 +1,88 @@
+// Producer of the sm90 family: one warp fills the stage ring (tile_config.h has the byte offsets).
+//
+// Per work item and stage (k range [k0, k0 + BK)), after the stage's empty barrier has completed:
+//   lane 0   arrive.expect_tx(full, weight bytes), then one bulk copy (TMA, cp.async.bulk) per valid
+//            64-row tile: the tile's BK/64 packed blocks are contiguous in global memory (expert, tile,
+//            chunk order), so one copy of BK/64 * 2304 bytes lands the whole tile slice. L2 policy
+//            evict-first: each weight byte is used once per token tile.
+//   lanes    16-byte cp.async of the token rows, chunk i = lane + 32j: row i / (BK/8), 16-byte column
+//            i % (BK/8) (fixed per lane); row r reads x[a_row_index[r]] (FC1 gather) or x[r], looked up
+//            once per item into a BN-entry table in shared memory; stored swizzled (chunk
+//            c of a 128-byte row at c ^ (row % 8)). Past K the copy zero-fills; rows past the expert's
+//            end are not copied (their accumulator columns are never stored).
+//   all      cp.async.mbarrier.arrive.noinc(full): the full barrier expects 1 + 32 arrivals and the
+//            transaction bytes, so it completes when both the TMA bytes and every lane's copies landed.
+// Why not a TMA tensor map for the tokens: FC1 gathers rows (Hopper TMA has no gather), and the per-
+// lane copies cost ~BN*BK/256 instructions a stage, far below the consumers' work; the weights, which
+// are the bytes that matter, go through the TMA engine in bulk.
+#pragma once
+#include <cstdint>
+
+#include "kernels/sm90_wgmma/sm90_layout.h"
+#include "kernels/sm90_wgmma/sm90_ptx.cuh"
+#include "kernels/sm90_wgmma/sm90_scheduler.cuh"
+
+namespace fp4moe {
+namespace sm90 {
+
+template <class Cfg, class Params>
+__device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
+                             const int32_t* s_prefix, const int32_t* s_offsets, int32_t* s_rows, int lane) {
+  const uint64_t policy = policy_evict_first();
+  const int nstages = p.kchunks / Cfg::kChunksPerStage;  // kchunks is a multiple (kPackKAlign)
+  const int total = s_prefix[p.num_experts];
+  constexpr int kRowChunks = Cfg::kBK / 8;  // 16-byte chunks per token row per stage
+  static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");
+  // Lane-constant part of the token copies: column chunk c of every row it copies.
+  const int c = lane % kRowChunks, sub = c / 8, row0 = lane / kRowChunks;
+  const uint32_t col_off = sub * Cfg::kTokenSubTileBytes;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int w = blockIdx.x; w < total; w += gridDim.x) {
+    const WorkItem it = find_work_item(s_prefix, s_offsets, p.num_experts, Cfg::kBN, w);
+    const int tile0 = it.mtile * Cfg::kM64PerCta;
+    const int ntiles = min(Cfg::kM64PerCta, p.tiles64 - tile0);
+    const uint8_t* wsrc = p.weights + (static_cast<int64_t>(it.expert) * p.tiles64 + tile0) * p.kchunks * kPackBlockBytes;
+    // Source row of each token of the tile (-1 past the expert's rows), read once per item.
+    __syncwarp();
+    for (int r = lane; r < Cfg::kBN; r += 32) {
+      const int row = it.row_begin + r;
+      s_rows[r] = row < it.row_end ? (p.a_row_index ? p.a_row_index[row] : row) : -1;
+    }
+    __syncwarp();
+    for (int ks = 0; ks < nstages; ++ks) {
+      const int chunk0 = ks * Cfg::kChunksPerStage;
+      mbar_wait(&empty[stage], phase ^ 1u);
+      uint8_t* st = smem + stage * Cfg::kStageBytes;
+      if (lane == 0) {
+        constexpr uint32_t tile_bytes = Cfg::kWeightTileBytes;
+        mbar_arrive_expect_tx(&full[stage], tile_bytes * ntiles);
+        for (int t = 0; t < ntiles; ++t)
+          bulk_copy_g2s(st + Cfg::kTokenBytes + t * Cfg::kWeightTileBytes,
+                        wsrc + (static_cast<int64_t>(t) * p.kchunks + chunk0) * kPackBlockBytes, tile_bytes,
+                        &full[stage], policy);
+      }
+      const uint32_t tok_base = smem_addr(st) + col_off;
+      const int k = chunk0 * kPackK + c * 8;
+      const uint32_t src_bytes = k < p.k ? 16u : 0u;
+      const uint16_t* a_col = p.a + (k < p.k ? k : 0);
+#pragma unroll 8
+      for (int j = 0; j < Cfg::kTokenChunks / 32; ++j) {
+        const int row = row0 + j * (32 / kRowChunks);
+        const int src_row = s_rows[row];
+        if (src_row >= 0)
+          cp_async_16(tok_base + row * 128 + (((c % 8) ^ (row % 8)) << 4), a_col + static_cast<int64_t>(src_row) * p.a_ld,
+                      src_bytes);
+      }
+      cp_async_arrive_noinc(&full[stage]);
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+}  // namespace sm90
+}  // namespace fp4moe

@@ -1,0 +1,81 @@
+// Scheduler of the sm90 family: the device-built work list of a persistent grid.
+//
+// Work item = (expert e, CTA m-tile mt, token tile tt). Expert e has rows_e = offsets[e+1] - offsets[e]
+// rows, ceil(rows_e / BN) token tiles and `mtiles` m-tiles (BM packed rows each), so
+// items_e = ceil(rows_e / BN) * mtiles. At kernel start one warp reads the E+1 offsets (the host never
+// sees them) and writes into shared memory
+//   prefix[e] = sum of items_f for f < e   (prefix[E] = total items)   and   offsets[e] (a copy).
+// CTA b then takes items b, b + gridDim.x, ... ; item w belongs to the expert e with
+// prefix[e] <= w < prefix[e+1] (binary search), local = w - prefix[e], mt = local / tiles_e,
+// tt = local % tiles_e: consecutive items are the token tiles of one m-tile, so CTAs running at the
+// same time read the same weight rows (one HBM read, the rest from L2). Producer and consumers walk the
+// same list independently; nothing is exchanged but the pipeline's barriers.
+#pragma once
+#include <cstdint>
+
+namespace fp4moe {
+namespace sm90 {
+
+struct WorkItem {
+  int expert = 0;
+  int mtile = 0;       // CTA m-tile within the expert
+  int row_begin = 0;   // first problem row of the token tile
+  int row_end = 0;     // one past the last valid row (row_begin < row_end <= row_begin + BN)
+};
+
+// One warp builds the table. num_experts <= kMaxExperts (checked on the host).
+template <int BN>
+__device__ void build_work_table(const int32_t* __restrict__ offsets, int num_experts, int mtiles,
+                                 int32_t* s_prefix, int32_t* s_offsets, int lane) {
+  const int per_lane = (num_experts + 31) / 32;
+  const int first = lane * per_lane;
+  int local = 0;
+  for (int i = 0; i < per_lane; ++i) {
+    const int e = first + i;
+    if (e < num_experts) {
+      const int lo = offsets[e], hi = offsets[e + 1];
+      s_offsets[e] = lo;
+      local += (hi - lo + BN - 1) / BN * mtiles;
+    }
+  }
+  int incl = local;
+  for (int d = 1; d < 32; d <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  int run = incl - local;
+  for (int i = 0; i < per_lane; ++i) {
+    const int e = first + i;
+    if (e < num_experts) {
+      s_prefix[e] = run;
+      run += (offsets[e + 1] - offsets[e] + BN - 1) / BN * mtiles;
+    }
+  }
+  if (lane == 31) {
+    s_prefix[num_experts] = incl;
+    s_offsets[num_experts] = offsets[num_experts];
+  }
+}
+
+__device__ __forceinline__ WorkItem find_work_item(const int32_t* s_prefix, const int32_t* s_offsets,
+                                                   int num_experts, int bn, int w) {
+  // Largest e with prefix[e] <= w; items of empty experts occupy no range, so prefix[e+1] > w.
+  int lo = 0, hi = num_experts;  // invariant: prefix[lo] <= w < prefix[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (s_prefix[mid] <= w) lo = mid; else hi = mid;
+  }
+  WorkItem it;
+  it.expert = lo;
+  const int row0 = s_offsets[lo], rows = s_offsets[lo + 1] - row0;
+  const int tiles = (rows + bn - 1) / bn;
+  const int local = w - s_prefix[lo];
+  it.mtile = local / tiles;
+  const int tt = local - it.mtile * tiles;
+  it.row_begin = row0 + tt * bn;
+  it.row_end = min(row0 + rows, it.row_begin + bn);
+  return it;
+}
+
+}  // namespace sm90
+}  // namespace fp4moe

@@ -1,0 +1,79 @@
+// Compile-time facts about one sm90 tile configuration, shared by the host descriptors (descs.cpp) and
+// the kernel (sm90_nvfp4w4a16_grouped.cuh), so the shared memory the preflight sees is the one the
+// kernel asks for. Host-only C++ (no CUDA headers).
+//
+// CTA shape: 3 warpgroups = 384 threads. Warpgroup 0 is the producer (one warp issues the copies, the
+// other three leave after setmaxnreg), warpgroups 1 and 2 are consumers; consumer c owns the
+// BM/128 packed 64-row tiles c*BM/128 .. of the CTA tile and all BN tokens.
+//
+// Dynamic shared memory, from a 1024-byte aligned base (the 128-byte swizzle needs it):
+//   stage s at s * kStageBytes:
+//     [0, kTokenBytes)              tokens: BK/64 sub-tiles, each BN rows x 128 bytes (64 bf16 of k),
+//                                   16-byte chunk j of row r stored at chunk j ^ (r % 8)
+//     [kTokenBytes, + kWeightBytes) weights: BM/64 tiles x BK/64 packed blocks of 2304 bytes, tile-major,
+//                                   each block exactly as in global memory (sm90_layout.h)
+//   then kStages full barriers, kStages empty barriers (8 bytes each),
+//   then the work-list table: item prefix [kMaxExperts + 1] and expert offsets [kMaxExperts + 1] (int32),
+//   then the producer's source-row table of the current item [BN] (int32).
+#pragma once
+#include <cstdint>
+
+#include "kernels/sm90_wgmma/sm90_layout.h"
+
+namespace fp4moe {
+namespace sm90 {
+
+constexpr int kThreads = 384;               // producer warpgroup + 2 consumer warpgroups
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kMaxExperts = 512;            // the work-list table lives in shared memory
+constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
+
+// Registers per thread: at launch (the compiler's limit from __launch_bounds__(384, CTAS)), and the
+// setmaxnreg targets of the producer and consumer warpgroups. The CTA's pool is launch * 384; what the
+// producer gives back must cover what the consumers take: 128 (launch - producer) >= 256 (consumer - launch).
+template <int CTAS>
+struct RegisterPlan {
+  static constexpr int kLaunch = CTAS == 1 ? 168 : 80;
+  static constexpr int kProducer = CTAS == 1 ? 56 : 40;
+  static constexpr int kConsumer = CTAS == 1 ? 224 : 96;
+  static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
+  static_assert(128 * (kLaunch - kProducer) >= 256 * (kConsumer - kLaunch), "setmaxnreg would wait forever");
+  static_assert(kLaunch * kThreads * CTAS <= 65536, "the register file holds CTAS CTAs");
+};
+
+template <int BM, int BN, int BK, int STAGES, int CTAS>
+struct TileConfig {
+  static constexpr int kBM = BM;   // packed weight rows per CTA tile (wgmma M side); FC1: BM/2 output columns
+  static constexpr int kBN = BN;   // tokens per CTA tile (wgmma N)
+  static constexpr int kBK = BK;   // k per pipeline stage
+  static constexpr int kStages = STAGES;
+  static constexpr int kCtasPerSm = CTAS;  // resident CTAs per SM the tile is sized for (latency hiding)
+  using Regs = RegisterPlan<CTAS>;
+  static constexpr int kM64PerCta = BM / 64;
+  static constexpr int kM64PerConsumer = BM / 64 / kConsumerWarpgroups;
+  static constexpr int kChunksPerStage = BK / kPackK;   // packed k64 blocks per tile and stage
+  static constexpr int kTokenSubTileBytes = BN * 128;
+  static constexpr int kTokenBytes = kChunksPerStage * kTokenSubTileBytes;
+  static constexpr int kWeightTileBytes = kChunksPerStage * kPackBlockBytes;  // one 64-row tile, one stage
+  static constexpr int kWeightBytes = kM64PerCta * kWeightTileBytes;
+  static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
+  static constexpr int kBarrierOffset = STAGES * kStageBytes;
+  static constexpr int kTableOffset = kBarrierOffset + 2 * STAGES * 8;
+  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN) * 4;
+  static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
+  static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
+
+  static_assert(BM % 128 == 0 && BM <= 256, "BM must be 128 or 256: each consumer warpgroup owns whole 64-row tiles");
+  static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN is wgmma's N: a multiple of 8 in [8, 256]");
+  static_assert(BK % kPackK == 0, "BK must be a whole number of packed k64 chunks");
+  static_assert(kPackKAlign % BK == 0, "BK must divide the packed K padding so every stage is full");
+  static_assert(STAGES >= 2, "the pipeline needs at least two stages");
+  static_assert(CTAS * (kSmemAlignSlack + STAGES * kStageBytes + 2 * STAGES * 8 + (2 * (kMaxExperts + 1) + BN) * 4) <=
+                    227 * 1024,
+                "CTAS CTAs must fit an H100/H200 SM's 227 KB of shared memory");
+  static_assert(kTokenSubTileBytes % 1024 == 0, "token sub-tiles must keep the 1024-byte swizzle alignment");
+  static_assert(kTokenChunks % 32 == 0, "the producer warp's lanes share the token copies evenly");
+};
+
+}  // namespace sm90
+}  // namespace fp4moe

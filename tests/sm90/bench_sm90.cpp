@@ -1,0 +1,259 @@
+// Microbenchmark of the sm90 tactics on the GLM-5 MoE GEMM shapes (H = 6144, I = 2048, E = 256, top-8;
+// --tp8 uses the TP8 shard I = 256). For each T it draws uniform random top-8 routing, builds the
+// expert offsets and FC1's gather index, and times every tactic on FC1 (gather, SwiGLU) and FC2
+// (contiguous) with CUDA-graph replay; then the best FC1 + best FC2 pair.
+//   touched bytes = active experts * (2I*H + H*I) * 0.5625   (codes + E4M3 scales)
+//   FLOPs         = 2 * T * topk * 3 * I * H
+// Weights are filled with a constant byte pattern: the kernel's work does not depend on the values
+// (correctness is tactics_test's job). The device-to-device copy ceiling is measured in the same run.
+//   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50]
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/families.h"
+#include "kernels/sm90_wgmma/sm90_pack.h"
+#include "sm90_test_util.h"
+
+namespace fp4moe {
+namespace sm90test {
+cudaError_t launch_stream_read(const void* src, size_t bytes, uint32_t* sink, int sms, cudaStream_t s);
+}
+namespace {
+
+using sm90test::DeviceBuffer;
+
+constexpr int64_t kH = 6144, kE = 256, kTopk = 8;
+
+struct Routing {
+  std::vector<int32_t> offsets;    // [E + 1]
+  std::vector<int32_t> row_token;  // [T * topk] token of each expert-sorted row
+  int64_t active = 0;
+};
+
+Routing route_uniform(int64_t tokens, std::mt19937& rng) {
+  std::vector<std::vector<int32_t>> per(kE);
+  std::vector<int32_t> ids(kE);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int k = 0; k < kTopk; ++k) std::swap(ids[k], ids[k + rng() % (kE - k)]);
+    for (int k = 0; k < kTopk; ++k) per[ids[k]].push_back(static_cast<int32_t>(t));
+  }
+  Routing r;
+  r.offsets.assign(kE + 1, 0);
+  for (int64_t e = 0; e < kE; ++e) {
+    r.offsets[e + 1] = r.offsets[e] + static_cast<int32_t>(per[e].size());
+    r.active += per[e].empty() ? 0 : 1;
+    r.row_token.insert(r.row_token.end(), per[e].begin(), per[e].end());
+  }
+  return r;
+}
+
+// Milliseconds per replay of `body` captured into a graph.
+template <typename F>
+double time_graph(F body, int iters, cudaStream_t s) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  SM90_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body(s);
+  SM90_CUDA_OK(cudaStreamEndCapture(s, &g));
+  SM90_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; ++i) SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+  cudaEvent_t a, b;
+  SM90_CUDA_OK(cudaEventCreate(&a));
+  SM90_CUDA_OK(cudaEventCreate(&b));
+  SM90_CUDA_OK(cudaEventRecord(a, s));
+  for (int i = 0; i < iters; ++i) SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+  SM90_CUDA_OK(cudaEventRecord(b, s));
+  SM90_CUDA_OK(cudaEventSynchronize(b));
+  float ms = 0;
+  SM90_CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return ms / iters;
+}
+
+double copy_ceiling_tbs(cudaStream_t s) {
+  const size_t bytes = size_t(2) << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  SM90_CUDA_OK(cudaMemset(src.get(), 1, bytes));
+  const double ms = time_graph(
+      [&](cudaStream_t st) { SM90_CUDA_OK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, st)); },
+      10, s);
+  return 2.0 * bytes / (ms * 1e-3) / 1e12;  // read + write
+}
+
+double read_ceiling_tbs(cudaStream_t s, int sms) {
+  const size_t bytes = size_t(4) << 30;
+  DeviceBuffer src(bytes), sink(16);
+  SM90_CUDA_OK(cudaMemset(src.get(), 1, bytes));
+  const double ms = time_graph(
+      [&](cudaStream_t st) {
+        SM90_CUDA_OK(sm90test::launch_stream_read(src.get(), bytes, static_cast<uint32_t*>(sink.get()), sms, st));
+      },
+      10, s);
+  return bytes / (ms * 1e-3) / 1e12;
+}
+
+int run(int argc, char** argv) {
+  bool tp8 = false, ceiling = true;
+  std::string only;  // --tactic NAME: time this tactic alone (e.g. under a profiler)
+  int iters = 50;
+  std::vector<int64_t> tokens_list = {1, 8, 32, 128, 512, 2048, 8192};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tp8") tp8 = true;
+    else if (a == "--no-ceiling") ceiling = false;
+    else if (a == "--tactic" && i + 1 < argc) only = argv[++i];
+    else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    else if (a == "--tokens" && i + 1 < argc) {
+      tokens_list.clear();
+      std::string v = argv[++i];
+      size_t pos = 0;
+      while (pos < v.size()) {
+        const size_t c = v.find(',', pos);
+        tokens_list.push_back(std::stoll(v.substr(pos, c - pos)));
+        pos = c == std::string::npos ? v.size() : c + 1;
+      }
+    } else {
+      fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--tactic NAME] [--no-ceiling]\n");
+      return 2;
+    }
+  }
+  const int skip = sm90test::skip_unless_sm90();
+  if (skip) return skip;
+  const int64_t I = tp8 ? 256 : 2048;
+  cudaStream_t s;
+  SM90_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  SM90_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  const double copy_tbs = ceiling ? copy_ceiling_tbs(s) : 0.0;
+  const double read_tbs = ceiling ? read_ceiling_tbs(s, prop.multiProcessorCount) : 0.0;
+  fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s (cudaMemcpy D2D, read+write), read ceiling {:.2f} TB/s "
+             "(16-byte loads), shape H={} I={} E={} top-{}\n",
+             prop.name, prop.multiProcessorCount, copy_tbs, read_tbs, kH, I, kE, kTopk);
+
+  std::vector<std::unique_ptr<GroupedGemmTactic>> tactics;
+  append_sm90_tactics(tactics);
+  if (!only.empty()) {
+    tactics.erase(std::remove_if(tactics.begin(), tactics.end(), [&](auto& t) { return t->desc().name != only; }),
+                  tactics.end());
+    if (tactics.empty()) {
+      fmt::print(stderr, "bench_sm90: no tactic named {}\n", only);
+      return 2;
+    }
+  }
+  const int64_t max_rows = *std::max_element(tokens_list.begin(), tokens_list.end()) * kTopk;
+  GemmProblem p1{GemmOp::kFc1SwiGlu, kE, I, kH, max_rows, max_rows};
+  GemmProblem p2{GemmOp::kFc2, kE, kH, I, max_rows, max_rows};
+  const WeightLayoutOps* ops = sm90_weight_layout_ops();
+  DeviceBuffer w1(ops->bytes(p1)), w2(ops->bytes(p2));
+  SM90_CUDA_OK(cudaMemset(w1.get(), 0x37, w1.size()));
+  SM90_CUDA_OK(cudaMemset(w2.get(), 0x37, w2.size()));
+  const int64_t max_tokens = max_rows / kTopk;
+  DeviceBuffer x(max_tokens * kH * 2), h(max_rows * I * 2), y(max_rows * kH * 2), off((kE + 1) * 4),
+      idx(max_rows * 4), ts1(kE * 2 * 4), ts2(kE * 4);
+  SM90_CUDA_OK(cudaMemset(x.get(), 0x3c, x.size()));
+  SM90_CUDA_OK(cudaMemset(ts1.get(), 0, ts1.size()));
+  SM90_CUDA_OK(cudaMemset(ts2.get(), 0, ts2.size()));
+  for (auto& t : tactics) {
+    Status st = t->init(p1);
+    if (st.is_ok()) st = t->init(p2);
+    if (!st.is_ok()) {
+      fmt::print("{}: init failed: {}\n", t->desc().name, st.to_string());
+      return 1;
+    }
+  }
+  std::mt19937 rng(2024);
+  // Percent of the read ceiling (the weights are only read), "-" when the ceilings were not measured.
+  auto pct = [&](double tbs) { return read_tbs > 0 ? fmt::format("{:.0f}%", 100 * tbs / read_tbs) : std::string("-"); };
+  fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9} {:>9} {:>8} {:>8}\n", "T", "gemm", "act", "tactic", "us", "TB/s",
+             "TFLOP/s", "%read");
+  for (int64_t T : tokens_list) {
+    const Routing r = route_uniform(T, rng);
+    off.upload(r.offsets.data(), r.offsets.size() * 4);
+    idx.upload(r.row_token.data(), r.row_token.size() * 4);
+    const int64_t rows = T * kTopk;
+    const double bytes1 = double(r.active) * 2 * I * kH * 0.5625, bytes2 = double(r.active) * kH * I * 0.5625;
+    const double flops1 = 2.0 * rows * 2 * I * kH, flops2 = 2.0 * rows * kH * I;
+    GroupedGemmArgs a1, a2;
+    a1.problem = p1;
+    a1.problem.total_rows = rows;
+    a1.expert_offsets = static_cast<const int32_t*>(off.get());
+    a1.a = static_cast<const uint16_t*>(x.get());
+    a1.a_row_index = static_cast<const int32_t*>(idx.get());
+    a1.a_ld = kH;
+    a1.weights = w1.get();
+    a1.tensor_scales = static_cast<const float*>(ts1.get());
+    a1.out = static_cast<uint16_t*>(h.get());
+    a2 = a1;
+    a2.problem = p2;
+    a2.problem.total_rows = rows;
+    a2.a = static_cast<const uint16_t*>(h.get());
+    a2.a_row_index = nullptr;
+    a2.a_ld = I;
+    a2.weights = w2.get();
+    a2.tensor_scales = static_cast<const float*>(ts2.get());
+    a2.out = static_cast<uint16_t*>(y.get());
+    double best1 = 1e30, best2 = 1e30;
+    std::string n1, n2;
+    for (int which = 0; which < 2; ++which) {
+      const GroupedGemmArgs& args = which == 0 ? a1 : a2;
+      for (auto& t : tactics) {
+        Status st;
+        const double ms = time_graph([&](cudaStream_t st_) { st = t->run(args, st_); }, iters, s);
+        if (!st.is_ok()) {
+          fmt::print("{}: {}\n", t->desc().name, st.to_string());
+          return 1;
+        }
+        const double bytes = which == 0 ? bytes1 : bytes2, flops = which == 0 ? flops1 : flops2;
+        const double tbs = bytes / (ms * 1e-3) / 1e12;
+        fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}\n", T, which == 0 ? "fc1" : "fc2",
+                   r.active, t->desc().name, ms * 1e3, tbs, flops / (ms * 1e-3) / 1e12, pct(tbs));
+        double& best = which == 0 ? best1 : best2;
+        if (ms < best) {
+          best = ms;
+          (which == 0 ? n1 : n2) = t->desc().name;
+        }
+      }
+    }
+    GroupedGemmTactic* t1 = nullptr;
+    GroupedGemmTactic* t2 = nullptr;
+    for (auto& t : tactics) {
+      if (t->desc().name == n1) t1 = t.get();
+      if (t->desc().name == n2) t2 = t.get();
+    }
+    const double ms = time_graph(
+        [&](cudaStream_t st_) {
+          (void)t1->run(a1, st_);
+          (void)t2->run(a2, st_);
+        },
+        iters, s);
+    const double tbs = (bytes1 + bytes2) / (ms * 1e-3) / 1e12;
+    fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  (fc1 {}, fc2 {})\n", T, "fc1+fc2",
+               r.active, "best pair", ms * 1e3, tbs, (flops1 + flops2) / (ms * 1e-3) / 1e12, pct(tbs), n1, n2);
+  }
+  SM90_CUDA_OK(cudaDeviceSynchronize());
+  return 0;
+}
+
+}  // namespace
+}  // namespace fp4moe
+
+int main(int argc, char** argv) {
+  try {
+    return fp4moe::run(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_sm90: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,298 @@
+// `fp4moe bench`: the performance table of shared/DESIGN.md section 6 for one MoE layer shape on the GPU.
+//
+// Per token count T (default 1, 8, 32, 128, 512, 2048, 8192): the forward is captured in a CUDA graph
+// and timed over replays with events (uniform random routing from N(0, 1) logits). Reported: time,
+// effective TB/s on the touched weight bytes (experts that received a token x (2I*H + H*I) x 0.5625
+// bytes), TFLOP/s (2*T*topk*3*I*H), and the percentage of the floor max(bytes / copy ceiling, FLOPs /
+// matmul ceiling). The copy ceiling is measured in the same run (device-to-device cudaMemcpy of 1 GiB,
+// read + write bytes); the bf16 matmul ceiling needs a dense GEMM library and is taken from
+// --matmul-tflops (bench/torch_peer.py measures it with torch in the same session and recomputes the
+// table). The shared expert, when the model has one, runs and is timed but, as in DESIGN.md, is not
+// counted in bytes or FLOPs. --dump-dir writes bench.json and each T's routing (topk ids/weights) so the
+// PyTorch peer runs the same routing.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "command.h"
+#include "fp4moe/config.h"
+#include "fp4moe/device_caps.h"
+#include "fp4moe/engine.h"
+#include "fp4moe/status.h"
+
+#ifdef FP4MOE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace fp4moe::cli {
+namespace {
+
+struct BenchOptions {
+  std::string preset = "glm5";
+  std::string config_path;
+  std::string tokens = "1,8,32,128,512,2048,8192";
+  int iters = 20;
+  int warmup = 3;
+  int device = 0;
+  uint64_t seed = SyntheticSpec{}.seed;
+  int tp = 1;                 // tensor-parallel shard: I / tp per GPU
+  double matmul_tflops = 744; // bf16 dense ceiling (DESIGN.md section 6 measured 744 to 790 on this H200)
+  std::string tactic;         // force one tactic for FC1 and FC2
+  std::string family;         // choose only among this family's tactics
+  std::string dump_dir;
+};
+
+std::vector<int64_t> parse_tokens(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    FP4MOE_CHECK(!item.empty(), StatusCode::kInvalidArgument, "--tokens '{}': empty entry", s);
+    size_t used = 0;
+    int64_t t = 0;
+    try {
+      t = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FP4MOE_CHECK(used == item.size() && t >= 1, StatusCode::kInvalidArgument,
+                 "--tokens '{}': '{}' is not a positive integer", s, item);
+    v.push_back(t);
+  }
+  FP4MOE_CHECK(!v.empty(), StatusCode::kInvalidArgument, "--tokens is empty");
+  return v;
+}
+
+#ifdef FP4MOE_HAVE_CUDA
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(StatusCode::kCudaError, fmt::format("{} failed: {}", what, cudaGetErrorString(e)));
+}
+
+struct DevMem {
+  void* p = nullptr;
+  explicit DevMem(size_t bytes) { cuda_ok(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc"); }
+  ~DevMem() { cudaFree(p); }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+};
+
+// Device-to-device copy bandwidth in TB/s (read + write bytes), best of 5 copies of 1 GiB.
+double measure_copy_tbs(cudaStream_t s) {
+  const size_t bytes = size_t{1} << 30;
+  DevMem a(bytes), b(bytes);
+  cuda_ok(cudaMemsetAsync(a.p, 1, bytes, s), "cudaMemsetAsync");
+  cudaEvent_t e0, e1;
+  cuda_ok(cudaEventCreate(&e0), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&e1), "cudaEventCreate");
+  float best = 1e30f;
+  for (int i = 0; i < 6; ++i) {
+    cuda_ok(cudaEventRecord(e0, s), "cudaEventRecord");
+    cuda_ok(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+    cuda_ok(cudaEventRecord(e1, s), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    if (i > 0) best = std::min(best, ms);  // the first copy warms up
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * bytes / (best * 1e-3) / 1e12;
+}
+
+struct Row {
+  int64_t tokens = 0, touched = 0;
+  double ms = 0, bytes = 0, flops = 0, tbs = 0, tflops = 0, floor_ms = 0, pct = 0;
+  std::string fc1, fc2;
+};
+
+int bench_command(const BenchOptions& o) {
+  MoeConfig cfg = o.config_path.empty() ? moe_preset(o.preset) : read_hf_config(o.config_path);
+  FP4MOE_CHECK(o.tp >= 1 && cfg.inter % (16 * o.tp) == 0, StatusCode::kInvalidArgument,
+               "--tp {}: moe_intermediate_size {} must split into multiples of 16", o.tp, cfg.inter);
+  if (o.tp > 1) {
+    cfg.inter /= o.tp;
+    cfg.shared_inter /= o.tp;
+    cfg.name += fmt::format("-tp{}", o.tp);
+  }
+  const std::vector<int64_t> tokens = parse_tokens(o.tokens);
+  std::string why;
+  if (!cuda_backend_available(&why)) throw Error(StatusCode::kUnsupported, "no usable GPU: " + why);
+  const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
+  cuda_ok(cudaSetDevice(o.device), "cudaSetDevice");
+  const DeviceCaps caps = query_device_caps(o.device);
+  EngineOptions eo;
+  eo.device = o.device;
+  eo.max_tokens = max_t;
+  eo.fc1_tactic = eo.fc2_tactic = o.tactic;
+  if (!o.family.empty()) {
+    bool known = false;
+    for (const TacticDesc& d : all_tactic_descs()) {
+      known |= d.family == o.family;
+      if (d.family != o.family) eo.excluded_tactics.push_back(d.name);
+    }
+    FP4MOE_CHECK(known, StatusCode::kInvalidArgument, "--family {}: no tactic of that family in this build", o.family);
+  }
+  std::unique_ptr<MoeEngine> engine;
+  const Status st = MoeEngine::create_synthetic(cfg, SyntheticSpec{o.seed}, eo, &engine);
+  if (!st.is_ok()) throw Error(st.code(), "engine creation: " + st.message());
+  cudaStream_t s;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  const double copy_tbs = measure_copy_tbs(s);
+  fmt::print("device: {} (sm_{}, {} SMs), copy ceiling {:.2f} TB/s (measured), bf16 matmul ceiling {:.0f} TFLOP/s "
+             "(given)\n",
+             caps.name, caps.cc(), caps.sm_count, copy_tbs, o.matmul_tflops);
+  fmt::print("layer: {}; weights {:.2f} GB on device, workspace {:.2f} GB\n", cfg.to_string(),
+             engine->weight_bytes() / 1e9, engine->workspace_bytes() / 1e9);
+
+  const int64_t H = cfg.hidden, E = cfg.num_experts, K = cfg.topk, I = cfg.inter;
+  const double expert_bytes = (2.0 * I * H + 1.0 * H * I) * 0.5625;
+  DevMem x(static_cast<size_t>(max_t * H) * 2), logits(static_cast<size_t>(max_t * E) * 4),
+      out(static_cast<size_t>(max_t * H) * 2);
+  std::vector<Row> rows;
+  nlohmann::json dump_rows = nlohmann::json::array();
+  for (int64_t T : tokens) {
+    const std::vector<uint16_t> hx = synthetic_hidden_states(o.seed + static_cast<uint64_t>(T), T, H);
+    std::vector<float> hl(static_cast<size_t>(T * E));
+    std::mt19937_64 rng(o.seed * 31 + static_cast<uint64_t>(T));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : hl) v = nd(rng);
+    cuda_ok(cudaMemcpy(x.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice), "cudaMemcpy x");
+    cuda_ok(cudaMemcpy(logits.p, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy logits");
+    ForwardOutputs fo;
+    Status fs = engine->forward(static_cast<uint16_t*>(x.p), T, static_cast<float*>(logits.p),
+                                static_cast<uint16_t*>(out.p), s, &fo);
+    if (!fs.is_ok()) throw Error(fs.code(), fmt::format("forward T={}: {}", T, fs.message()));
+    cuda_ok(cudaStreamSynchronize(s), "forward");
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    std::vector<float> w(static_cast<size_t>(T * K));
+    cuda_ok(cudaMemcpy(ids.data(), fo.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy ids");
+    cuda_ok(cudaMemcpy(w.data(), fo.topk_weights, w.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy weights");
+    const int64_t touched = static_cast<int64_t>(std::set<int32_t>(ids.begin(), ids.end()).size());
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    fs = engine->forward(static_cast<uint16_t*>(x.p), T, static_cast<float*>(logits.p), static_cast<uint16_t*>(out.p), s);
+    cuda_ok(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+    if (!fs.is_ok()) throw Error(fs.code(), fmt::format("forward T={} during capture: {}", T, fs.message()));
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int i = 0; i < o.warmup; ++i) cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    cudaEvent_t e0, e1;
+    cuda_ok(cudaEventCreate(&e0), "cudaEventCreate");
+    cuda_ok(cudaEventCreate(&e1), "cudaEventCreate");
+    cuda_ok(cudaEventRecord(e0, s), "cudaEventRecord");
+    for (int i = 0; i < o.iters; ++i) cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    cuda_ok(cudaEventRecord(e1, s), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float total_ms = 0;
+    cuda_ok(cudaEventElapsedTime(&total_ms, e0, e1), "cudaEventElapsedTime");
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+
+    Row r;
+    r.tokens = T;
+    r.touched = touched;
+    r.ms = total_ms / o.iters;
+    r.bytes = touched * expert_bytes;
+    r.flops = 2.0 * T * K * 3.0 * I * H;
+    r.tbs = r.bytes / (r.ms * 1e-3) / 1e12;
+    r.tflops = r.flops / (r.ms * 1e-3) / 1e12;
+    r.floor_ms = std::max(r.bytes / (copy_tbs * 1e12), r.flops / (o.matmul_tflops * 1e12)) * 1e3;
+    r.pct = 100.0 * r.floor_ms / r.ms;
+    r.fc1 = engine->fc1_tactic_for(T);
+    r.fc2 = engine->fc2_tactic_for(T);
+    rows.push_back(r);
+    dump_rows.push_back({{"tokens", T}, {"touched_experts", touched}, {"ms", r.ms}, {"bytes", r.bytes},
+                         {"flops", r.flops}, {"fc1", r.fc1}, {"fc2", r.fc2}});
+    if (!o.dump_dir.empty()) {
+      std::ofstream fi(fmt::format("{}/routing_T{}_ids.bin", o.dump_dir, T), std::ios::binary);
+      fi.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 4));
+      std::ofstream fw(fmt::format("{}/routing_T{}_weights.bin", o.dump_dir, T), std::ios::binary);
+      fw.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * 4));
+      FP4MOE_CHECK(fi.good() && fw.good(), StatusCode::kIoError, "cannot write the routing of T={} into --dump-dir {}",
+                   T, o.dump_dir);
+    }
+  }
+  cudaStreamDestroy(s);
+
+  fmt::print("\n{:>6} {:>8} {:>11} {:>9} {:>9} {:>10} {:>8}  {}\n", "T", "experts", "time (us)", "TB/s", "TFLOP/s",
+             "floor (us)", "% floor", "tactics (fc1 / fc2)");
+  for (const Row& r : rows)
+    fmt::print("{:>6} {:>8} {:>11.1f} {:>9.2f} {:>9.1f} {:>10.1f} {:>7.1f}%  {} / {}\n", r.tokens, r.touched,
+               r.ms * 1e3, r.tbs, r.tflops, r.floor_ms * 1e3, r.pct, r.fc1, r.fc2);
+  if (!o.dump_dir.empty()) {
+    nlohmann::json j;
+    j["device"] = caps.name;
+    j["cc"] = caps.cc();
+    j["config"] = {{"name", cfg.name},           {"hidden", H},
+                   {"inter", I},                 {"experts", E},
+                   {"topk", K},                  {"shared_inter", cfg.n_shared_experts > 0 ? cfg.shared_inter : 0},
+                   {"routing", routing_kind_name(cfg.routing)}};
+    j["family"] = o.family.empty() ? std::string("any") : o.family;
+    j["copy_tbs"] = copy_tbs;
+    j["matmul_tflops_given"] = o.matmul_tflops;
+    j["iters"] = o.iters;
+    j["rows"] = dump_rows;
+    std::ofstream f(o.dump_dir + "/bench.json");
+    f << j.dump(2) << "\n";
+    FP4MOE_CHECK(f.good(), StatusCode::kIoError, "cannot write {}/bench.json", o.dump_dir);
+    fmt::print("\nwrote {}/bench.json and the routing of each T\n", o.dump_dir);
+  }
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+#else
+
+int bench_command(const BenchOptions& o) {
+  (void)parse_tokens(o.tokens);  // report a malformed --tokens before the missing backend
+  throw Error(StatusCode::kUnsupported, "this build has no CUDA backend; `fp4moe bench` needs a GPU");
+}
+
+#endif
+
+std::function<int()> setup_bench(CLI::App& sub) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* preset = sub.add_option("--preset", o->preset, "embedded model shape: glm5, deepseek-v3, qwen3-235b, mixtral-8x7b")
+                     ->capture_default_str();
+  auto* config = sub.add_option("--config", o->config_path, "a Hugging Face config.json giving the MoE shape");
+  sub.add_option("--tokens", o->tokens, "comma-separated token counts")->capture_default_str();
+  sub.add_option("--iters", o->iters, "timed graph replays per T")->check(CLI::Range(1, 100000))->capture_default_str();
+  sub.add_option("--warmup", o->warmup, "untimed replays per T")->check(CLI::Range(0, 1000))->capture_default_str();
+  sub.add_option("--device", o->device, "CUDA device index")->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub.add_option("--seed", o->seed, "seed of the synthetic weights and inputs")->capture_default_str();
+  sub.add_option("--tp", o->tp, "tensor-parallel shard: benchmark one GPU's I / tp slice")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  sub.add_option("--matmul-tflops", o->matmul_tflops, "bf16 dense matmul ceiling for the floor (TFLOP/s)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub.add_option("--tactic", o->tactic, "force this tactic (stable name) for FC1 and FC2");
+  sub.add_option("--family", o->family, "choose only among the tactics of this family (e.g. portable)");
+  sub.add_option("--dump-dir", o->dump_dir, "write bench.json and routing_T<T>_{ids,weights}.bin here (existing directory)")
+      ->check(CLI::ExistingDirectory);
+  preset->excludes(config);
+  return [o]() {
+    if (!o->config_path.empty()) require_existing(o->config_path, "--config file");
+    return bench_command(*o);
+  };
+}
+
+FP4MOE_COMMAND("bench", "Time the MoE forward (CUDA graph replays) per token count; DESIGN.md section 6 table",
+               setup_bench);
+
+}  // namespace
+}  // namespace fp4moe::cli

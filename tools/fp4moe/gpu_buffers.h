@@ -1,0 +1,73 @@
+// The few CUDA runtime calls the CLI needs around MoeEngine::forward (device buffers, a stream, event
+// timing), behind a plain C++ interface so that the commands compile without CUDA headers. Every call
+// is checked: a failure throws fp4moe::Error(kCudaError) naming the call. In builds without CUDA every
+// constructor throws Error(kUnsupported).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "fp4moe/tactic.h"  // fp4moe::Stream
+
+namespace fp4moe::cli {
+
+// Makes `device` current for this thread.
+void gpu_set_device(int device);
+
+// Copies `bytes` from device memory to host memory (synchronous).
+void gpu_copy_to_host(void* host, const void* device, size_t bytes);
+
+// One device allocation (cudaMalloc), freed on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host, size_t bytes);    // host -> device, bytes <= this->bytes()
+  void download(void* host, size_t bytes) const;  // device -> host
+  void fill(uint8_t value);                       // every byte (e.g. 0xD5 poison)
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A blocking stream (cudaStreamCreate), destroyed on destruction.
+class GpuStream {
+ public:
+  GpuStream();
+  ~GpuStream();
+  GpuStream(const GpuStream&) = delete;
+  GpuStream& operator=(const GpuStream&) = delete;
+  Stream get() const { return stream_; }
+  void synchronize() const;
+
+ private:
+  Stream stream_ = nullptr;
+};
+
+// Two events around work on a stream; elapsed_ms() waits for the stop event.
+class GpuTimer {
+ public:
+  GpuTimer();
+  ~GpuTimer();
+  GpuTimer(const GpuTimer&) = delete;
+  GpuTimer& operator=(const GpuTimer&) = delete;
+  void start(Stream stream);
+  void stop(Stream stream);
+  float elapsed_ms() const;
+
+ private:
+  void* start_ = nullptr;  // cudaEvent_t
+  void* stop_ = nullptr;
+};
+
+}  // namespace fp4moe::cli
