@@ -11,6 +11,8 @@
 #ifdef FP4MOE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "engine/cuda_check.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,13 +27,6 @@ namespace fp4moe {
 #ifdef FP4MOE_HAVE_CUDA
 namespace {
 
-#define FP4MOE_TUNER_CUDA(call)                                                                           \
-  do {                                                                                                    \
-    cudaError_t err_ = (call);                                                                            \
-    if (err_ != cudaSuccess)                                                                              \
-      throw Error(StatusCode::kCudaError,                                                                 \
-                  fmt::format("{} failed: {} ({})", #call, cudaGetErrorName(err_), cudaGetErrorString(err_))); \
-  } while (0)
 
 constexpr double kVerifyTolerance = 5e-3;  // relative L2 per GEMM (project standard)
 constexpr uint8_t kPoison = 0xD5;
@@ -46,7 +41,7 @@ class DevBuf {
   void ensure(size_t n) {
     if (n <= bytes_ && p_) return;
     release();
-    FP4MOE_TUNER_CUDA(cudaMalloc(&p_, std::max<size_t>(n, 256)));
+    FP4MOE_CUDA_THROW(cudaMalloc(&p_, std::max<size_t>(n, 256)));
     bytes_ = std::max<size_t>(n, 256);
   }
   void release() {
@@ -131,9 +126,9 @@ class CudaTuningBackend final : public TuningBackend {
       set_routing(problem, tokens);
       const size_t a_rows = problem.op == GemmOp::kFc1SwiGlu ? size_t(tokens) : size_t(problem.total_rows);
       act_.ensure(a_rows * size_t(problem.k) * 2);
-      FP4MOE_TUNER_CUDA(cudaMemsetAsync(act_.get(), 0x3C, a_rows * size_t(problem.k) * 2, stream_));
+      FP4MOE_CUDA_THROW(cudaMemsetAsync(act_.get(), 0x3C, a_rows * size_t(problem.k) * 2, stream_));
       out_.ensure(size_t(problem.total_rows) * size_t(problem.n) * 2);
-      FP4MOE_TUNER_CUDA(cudaMemsetAsync(out_.get(), kPoison, size_t(problem.total_rows) * size_t(problem.n) * 2, stream_));
+      FP4MOE_CUDA_THROW(cudaMemsetAsync(out_.get(), kPoison, size_t(problem.total_rows) * size_t(problem.n) * 2, stream_));
       workspace_.ensure(t->workspace_bytes(problem));
       GroupedGemmArgs args;
       args.problem = problem;
@@ -147,8 +142,8 @@ class CudaTuningBackend final : public TuningBackend {
       args.workspace = workspace_.get();
       // Warm-up, then one timed call to size the loop to about 20 ms (3..100 calls).
       t->run(args, stream_).throw_if_error();
-      FP4MOE_TUNER_CUDA(cudaGetLastError());
-      FP4MOE_TUNER_CUDA(cudaStreamSynchronize(stream_));
+      FP4MOE_CUDA_THROW(cudaGetLastError());
+      FP4MOE_CUDA_THROW(cudaStreamSynchronize(stream_));
       const float one = timed(t, args, 1);
       const int iters = std::clamp(int(20.0 / std::max(one, 1e-4f)), 3, 100);
       *ms = double(timed(t, args, iters)) / iters;
@@ -180,10 +175,10 @@ class CudaTuningBackend final : public TuningBackend {
   void start() {
     FP4MOE_CHECK(healthy_, StatusCode::kCudaError, "the CUDA context was lost earlier in this process");
     if (stream_) return;
-    FP4MOE_TUNER_CUDA(cudaSetDevice(device_));
-    FP4MOE_TUNER_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    FP4MOE_TUNER_CUDA(cudaEventCreate(&ev0_));
-    FP4MOE_TUNER_CUDA(cudaEventCreate(&ev1_));
+    FP4MOE_CUDA_THROW(cudaSetDevice(device_));
+    FP4MOE_CUDA_THROW(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    FP4MOE_CUDA_THROW(cudaEventCreate(&ev0_));
+    FP4MOE_CUDA_THROW(cudaEventCreate(&ev1_));
   }
 
   GroupedGemmTactic* tactic(const std::string& name) {
@@ -194,13 +189,13 @@ class CudaTuningBackend final : public TuningBackend {
   }
 
   float timed(GroupedGemmTactic* t, const GroupedGemmArgs& args, int iters) {
-    FP4MOE_TUNER_CUDA(cudaEventRecord(ev0_, stream_));
+    FP4MOE_CUDA_THROW(cudaEventRecord(ev0_, stream_));
     for (int i = 0; i < iters; ++i) t->run(args, stream_).throw_if_error();
-    FP4MOE_TUNER_CUDA(cudaGetLastError());
-    FP4MOE_TUNER_CUDA(cudaEventRecord(ev1_, stream_));
-    FP4MOE_TUNER_CUDA(cudaEventSynchronize(ev1_));
+    FP4MOE_CUDA_THROW(cudaGetLastError());
+    FP4MOE_CUDA_THROW(cudaEventRecord(ev1_, stream_));
+    FP4MOE_CUDA_THROW(cudaEventSynchronize(ev1_));
     float ms = 0;
-    FP4MOE_TUNER_CUDA(cudaEventElapsedTime(&ms, ev0_, ev1_));
+    FP4MOE_CUDA_THROW(cudaEventElapsedTime(&ms, ev0_, ev1_));
     return ms;
   }
 
@@ -212,14 +207,14 @@ class CudaTuningBackend final : public TuningBackend {
     slot->shape = p;
     const size_t rows = size_t(p.num_experts) * size_t(weight_rows(p));
     slot->canonical.ensure(canonical_bytes(p));
-    FP4MOE_TUNER_CUDA(cudaMemsetAsync(slot->canonical.get(), 0x5A, rows * size_t(p.k / 2), stream_));
-    FP4MOE_TUNER_CUDA(cudaMemsetAsync(slot->canonical.get<uint8_t>() + rows * size_t(p.k / 2), 0x38,
+    FP4MOE_CUDA_THROW(cudaMemsetAsync(slot->canonical.get(), 0x5A, rows * size_t(p.k / 2), stream_));
+    FP4MOE_CUDA_THROW(cudaMemsetAsync(slot->canonical.get<uint8_t>() + rows * size_t(p.k / 2), 0x38,
                                       rows * size_t(p.k / 16), stream_));  // e4m3 0x38 = 1.0
     const size_t n_scales = size_t(p.num_experts) * (p.op == GemmOp::kFc1SwiGlu ? 2 : 1);
     std::vector<float> ts(n_scales, 1.0f / 64);
     slot->tensor_scales.ensure(n_scales * 4);
-    FP4MOE_TUNER_CUDA(cudaMemcpyAsync(slot->tensor_scales.get(), ts.data(), n_scales * 4, cudaMemcpyHostToDevice, stream_));
-    FP4MOE_TUNER_CUDA(cudaStreamSynchronize(stream_));
+    FP4MOE_CUDA_THROW(cudaMemcpyAsync(slot->tensor_scales.get(), ts.data(), n_scales * 4, cudaMemcpyHostToDevice, stream_));
+    FP4MOE_CUDA_THROW(cudaStreamSynchronize(stream_));
     return *slot;
   }
 
@@ -233,7 +228,7 @@ class CudaTuningBackend final : public TuningBackend {
       auto buf = std::make_unique<DevBuf>();
       buf->ensure(ops->bytes(w.shape));
       ops->pack(w.shape, w.canonical.get(), buf->get(), stream_).throw_if_error();
-      FP4MOE_TUNER_CUDA(cudaStreamSynchronize(stream_));
+      FP4MOE_CUDA_THROW(cudaStreamSynchronize(stream_));
       dst = std::move(buf);
     }
     return dst->get();
@@ -264,9 +259,9 @@ class CudaTuningBackend final : public TuningBackend {
     }
     offsets_.ensure(offsets.size() * 4);
     row_index_.ensure(rows.size() * 4);
-    FP4MOE_TUNER_CUDA(cudaMemcpyAsync(offsets_.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice, stream_));
-    FP4MOE_TUNER_CUDA(cudaMemcpyAsync(row_index_.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, stream_));
-    FP4MOE_TUNER_CUDA(cudaStreamSynchronize(stream_));
+    FP4MOE_CUDA_THROW(cudaMemcpyAsync(offsets_.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice, stream_));
+    FP4MOE_CUDA_THROW(cudaMemcpyAsync(row_index_.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, stream_));
+    FP4MOE_CUDA_THROW(cudaStreamSynchronize(stream_));
   }
 
   // A small random case of the same op/N/K: 4 experts (one empty), a few dozen rows, gathered rows for
@@ -314,11 +309,11 @@ class CudaTuningBackend final : public TuningBackend {
     d_out_t.ensure(out_bytes);
     d_out_f.ensure(out_bytes);
     d_ws.ensure(std::max(t->workspace_bytes(p), fb->workspace_bytes(p)));
-    FP4MOE_TUNER_CUDA(cudaMemcpy(d_canon.get(), canon.data(), canon.size(), cudaMemcpyHostToDevice));
-    FP4MOE_TUNER_CUDA(cudaMemcpy(d_ts.get(), ts.data(), n_scales * 4, cudaMemcpyHostToDevice));
-    FP4MOE_TUNER_CUDA(cudaMemcpy(d_a.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-    FP4MOE_TUNER_CUDA(cudaMemcpy(d_off.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
-    FP4MOE_TUNER_CUDA(cudaMemcpy(d_gather.get(), gather.data(), gather.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_THROW(cudaMemcpy(d_canon.get(), canon.data(), canon.size(), cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_THROW(cudaMemcpy(d_ts.get(), ts.data(), n_scales * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_THROW(cudaMemcpy(d_a.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_THROW(cudaMemcpy(d_off.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_THROW(cudaMemcpy(d_gather.get(), gather.data(), gather.size() * 4, cudaMemcpyHostToDevice));
 
     auto run_one = [&](GroupedGemmTactic* tac, DevBuf& out, DevBuf& packed) {
       tac->init(p).throw_if_error();
@@ -331,7 +326,7 @@ class CudaTuningBackend final : public TuningBackend {
         ops->pack(p, d_canon.get(), packed.get(), stream_).throw_if_error();
         w = packed.get();
       }
-      FP4MOE_TUNER_CUDA(cudaMemsetAsync(out.get(), kPoison, out_bytes, stream_));
+      FP4MOE_CUDA_THROW(cudaMemsetAsync(out.get(), kPoison, out_bytes, stream_));
       GroupedGemmArgs args;
       args.problem = p;
       args.expert_offsets = d_off.get<int32_t>();
@@ -343,10 +338,10 @@ class CudaTuningBackend final : public TuningBackend {
       args.out = out.get<uint16_t>();
       args.workspace = d_ws.get();
       tac->run(args, stream_).throw_if_error();
-      FP4MOE_TUNER_CUDA(cudaGetLastError());
-      FP4MOE_TUNER_CUDA(cudaStreamSynchronize(stream_));
+      FP4MOE_CUDA_THROW(cudaGetLastError());
+      FP4MOE_CUDA_THROW(cudaStreamSynchronize(stream_));
       std::vector<uint16_t> host(out_bytes / 2);
-      FP4MOE_TUNER_CUDA(cudaMemcpy(host.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost));
+      FP4MOE_CUDA_THROW(cudaMemcpy(host.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost));
       return host;
     };
     DevBuf packed_t, packed_f;

@@ -19,6 +19,8 @@
 
 #ifdef FP4MOE_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "engine/cuda_check.h"
 #endif
 
 namespace fp4moe {
@@ -79,18 +81,10 @@ const std::vector<Profile>& profiles() {
 }
 
 #ifdef FP4MOE_HAVE_CUDA
-// Every runtime call is checked; a failure names the call and the CUDA error.
-#define FP4MOE_CAPS_CUDA(call)                                                                            \
-  do {                                                                                                    \
-    cudaError_t err_ = (call);                                                                            \
-    if (err_ != cudaSuccess)                                                                              \
-      throw Error(StatusCode::kCudaError,                                                                 \
-                  fmt::format("{} failed: {} ({})", #call, cudaGetErrorName(err_), cudaGetErrorString(err_))); \
-  } while (0)
 
 int attribute(cudaDeviceAttr attr, int device) {
   int v = 0;
-  FP4MOE_CAPS_CUDA(cudaDeviceGetAttribute(&v, attr, device));
+  FP4MOE_CUDA_THROW(cudaDeviceGetAttribute(&v, attr, device));
   return v;
 }
 #endif
@@ -144,7 +138,7 @@ DeviceCaps query_device_caps(int device) {
   FP4MOE_CHECK(device >= 0 && device < count, StatusCode::kInvalidArgument,
                "CUDA device {} does not exist; this machine has {} device(s)", device, count);
   cudaDeviceProp prop{};
-  FP4MOE_CAPS_CUDA(cudaGetDeviceProperties(&prop, device));
+  FP4MOE_CUDA_THROW(cudaGetDeviceProperties(&prop, device));
   DeviceCaps c;
   c.name = prop.name;
   c.profile = "live";
@@ -161,8 +155,8 @@ DeviceCaps query_device_caps(int device) {
   c.cluster_launch = attribute(cudaDevAttrClusterLaunch, device) != 0;
   c.l2_bytes = attribute(cudaDevAttrL2CacheSize, device);
   c.global_mem_bytes = static_cast<int64_t>(prop.totalGlobalMem);
-  FP4MOE_CAPS_CUDA(cudaDriverGetVersion(&c.driver_version));
-  FP4MOE_CAPS_CUDA(cudaRuntimeGetVersion(&c.runtime_version));
+  FP4MOE_CUDA_THROW(cudaDriverGetVersion(&c.driver_version));
+  FP4MOE_CUDA_THROW(cudaRuntimeGetVersion(&c.runtime_version));
   // Peak bandwidth from the memory clock (kHz, double data rate) and bus width (bits): informational.
   const double clock_khz = attribute(cudaDevAttrMemoryClockRate, device);
   const double bus_bits = attribute(cudaDevAttrGlobalMemoryBusWidth, device);

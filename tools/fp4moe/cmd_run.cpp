@@ -23,6 +23,7 @@
 #include "fp4moe/reference.h"
 #include "fp4moe/safetensors.h"
 #include "fp4moe/status.h"
+#include "fp4moe/tuner.h"
 #include "fp4moe/weights.h"
 #include "gpu_buffers.h"
 
@@ -181,6 +182,8 @@ Outputs run_cuda(const Layer& layer, const Inputs& in, const RunOptions& o) {
   EngineOptions eo;
   eo.device = o.device;
   eo.max_tokens = std::max<int64_t>(in.tokens, 1);
+  // The tactics `fp4moe tune` stored for this device and shape, if any (reads only; never tunes here).
+  const bool tuned = load_cached_engine_options(cfg, o.device, tuning_cache_path(""), eo.max_tokens, &eo);
   std::unique_ptr<MoeEngine> engine;
   const Status st = layer.loaded ? MoeEngine::create(*layer.loaded, eo, &engine)
                                  : MoeEngine::create_synthetic(cfg, layer.spec, eo, &engine);
@@ -224,7 +227,8 @@ Outputs run_cuda(const Layer& layer, const Inputs& in, const RunOptions& o) {
     gpu_copy_to_host(res.ids.data(), fo.topk_ids, res.ids.size() * sizeof(int32_t));
     gpu_copy_to_host(res.weights.data(), fo.topk_weights, res.weights.size() * sizeof(float));
   }
-  res.note = fmt::format("fc1 {}, fc2 {}", engine->fc1_tactic_for(T), engine->fc2_tactic_for(T));
+  res.note = fmt::format("fc1 {}, fc2 {} ({})", engine->fc1_tactic_for(T), engine->fc2_tactic_for(T),
+                         tuned ? "tuned, from the tuning cache" : "built-in heuristic: no tuning cache entry");
   return res;
 }
 
