@@ -2,12 +2,12 @@
 # The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, compute-sanitizer
 # memcheck and racecheck on the small cases (the Sanitize.* suite: every tactic on tail shapes, one
 # forward per routing family and shared-expert kind), then `fp4moe bench` on the GLM-5 layer and the
-# PyTorch peer in the same session. Uses the binaries staged in .gpubuild/ (scripts/gpu_build.sh), or
+# PyTorch peer in the same run. Uses the binaries staged in .gpubuild/ (scripts/gpu_build.sh), or
 # builds them when nvcc is available. Logs go to OUTDIR; a short summary is printed last (and written to
 # OUTDIR/summary.txt). Exit status: 0 when every step passed.
 #   usage: scripts/gpu_check.sh OUTDIR   (BENCH_TOKENS=1,8,... and BENCH_ITERS=N override the bench;
 #   TEST_TIMEOUT / SANITIZER_TIMEOUT / BENCH_TIMEOUT, in seconds, bound each step so a hang cannot eat
-#   the session: a step that runs out of time is reported as TIMEOUT)
+#   the run: a step that runs out of time is reported as TIMEOUT)
 set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,7 +83,7 @@ for tool in memcheck racecheck; do
   fi
 done
 
-# 3. benchmark (the engine's own choice, then the portable family alone) + PyTorch peer, same session
+# 3. benchmark (the engine's own choice, then the portable family alone) + PyTorch peer, same run
 tokens=${BENCH_TOKENS:-1,8,32,128,512,2048,8192}
 iters=${BENCH_ITERS:-10}
 dirs=()
