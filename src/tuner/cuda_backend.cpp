@@ -27,7 +27,6 @@ namespace fp4moe {
 #ifdef FP4MOE_HAVE_CUDA
 namespace {
 
-
 constexpr double kVerifyTolerance = 5e-3;  // relative L2 per GEMM (project standard)
 constexpr uint8_t kPoison = 0xD5;
 
