@@ -12,6 +12,13 @@ SAME routing, the bf16 MoE layer a PyTorch user would write:
     combine   un-permute, weight by the top-k weights in fp32, sum over k (+ the shared expert, a dense
               bf16 MLP, when the model has one), cast to bf16
 
+Expert-parallel shard (`fp4moe bench --ep N`, bench.json "shard": ep_size > 1): the peer runs the same rank's
+work: bf16 weights of the rank's local experts only, the local pairs of the dumped routing (ids in
+[expert_first, expert_first + local_experts), selected once on the host: the peer's input is the rank's share
+of the routing, what an EP layer holds after dispatch), permute / FC1 / SwiGLU / FC2 over them, the weighted
+scatter-add of the local pairs into [T, H] fp32, plus the shared expert on the rank that holds it (rank 0), as
+fp4moe's partial does.
+
 It also measures the two ceilings of shared/DESIGN.md section 6 with torch in this session: the
 device-to-device copy (1 GiB, read + write bytes, best of 5) and the bf16 8192^3 matmul (best of 10).
 The floor is max(touched bytes / copy, FLOPs / matmul) with fp4moe's touched NVFP4 bytes; both columns
@@ -95,7 +102,8 @@ def matmul_ceiling_tflops():
 
 
 class PeerLayer:
-    """bf16 MoE layer with torch._grouped_mm; weights are random (values do not change the timing)."""
+    """bf16 MoE layer with torch._grouped_mm; weights are random (values do not change the timing).
+    E is the number of experts held (all of them, or an expert-parallel rank's local experts)."""
 
     def __init__(self, H, I, E, topk, shared_inter):
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -128,6 +136,28 @@ class PeerLayer:
             out += (F.silu(hs[:, : self.Is]) * hs[:, self.Is:]) @ self.ws2.t()
         return out.to(torch.bfloat16)
 
+    def forward_local(self, x, lids, ltok, lw):
+        """An expert-parallel rank: the local pairs only. lids [P] local expert ids (int64), ltok [P] their
+        tokens (int64), lw [P] their fp32 weights; out [T, H] = sum over local pairs (+ shared expert)."""
+        I = self.I
+        out = torch.zeros(x.shape[0], self.H, dtype=torch.float32, device=x.device)
+        if self.ws1 is not None:
+            hs = x @ self.ws1.t()
+            out += (F.silu(hs[:, : self.Is]) * hs[:, self.Is:]) @ self.ws2.t()
+        if lids.numel() == 0:  # no token routed to this rank's experts
+            return out.to(torch.bfloat16)
+        order = torch.argsort(lids, stable=True)
+        counts = torch.zeros(self.E, dtype=torch.int32, device=x.device)
+        counts.scatter_add_(0, lids, torch.ones_like(lids, dtype=torch.int32))
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        tok = ltok.index_select(0, order)
+        xs = x.index_select(0, tok)
+        h = torch._grouped_mm(xs, self.w1.transpose(-2, -1), offs=offs)
+        a = F.silu(h[:, :I]) * h[:, I:]
+        y = torch._grouped_mm(a, self.w2.transpose(-2, -1), offs=offs)
+        out.index_add_(0, tok, y.float() * lw.index_select(0, order).view(-1, 1))
+        return out.to(torch.bfloat16)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -143,15 +173,23 @@ def main():
     first_dir, first = benches[0]
     cfg = first["config"]
     H, I, E, K = cfg["hidden"], cfg["inter"], cfg["experts"], cfg["topk"]
+    shard = first.get("shard", {})
+    ep = shard.get("ep_size", 1)
+    lo, n_local = shard.get("expert_first", 0), shard.get("local_experts", E)
+    shared_inter = cfg["shared_inter"] if shard.get("shared_expert", True) else 0
+    for d, b in benches[1:]:
+        if b.get("shard", {}) != shard or b["config"] != cfg:
+            print(f"error: {d} is another layer or shard than {first_dir}; run the peer once per shard", file=sys.stderr)
+            return 2
     dev = torch.cuda.get_device_name()
     print(f"torch {torch.__version__} on {dev}; layer {cfg['name']}: H={H} I={I} E={E} top-{K} "
-          f"shared={cfg['shared_inter']}")
+          f"shared={cfg['shared_inter']}; shard: {shard.get('text', 'whole layer')}")
     copy_tbs = copy_ceiling_tbs()
     mm_tflops = matmul_ceiling_tflops()
     print(f"ceilings measured now with torch: copy {copy_tbs:.2f} TB/s (read+write), bf16 8192^3 matmul "
           f"{mm_tflops:.0f} TFLOP/s; fp4moe's own copy measurement: {first['copy_tbs']:.2f} TB/s")
 
-    layer = PeerLayer(H, I, E, K, cfg["shared_inter"])
+    layer = PeerLayer(H, I, n_local if ep > 1 else E, K, shared_inter)
     peer = {}
     for r in first["rows"]:
         T = r["tokens"]
@@ -160,7 +198,17 @@ def main():
         w = torch.from_file(os.path.join(first_dir, f"routing_T{T}_weights.bin"), dtype=torch.float32,
                             size=T * K).view(T, K).to("cuda")
         x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
-        peer[T] = timed(lambda: layer.forward(x, ids, w), args.iters)
+        if ep > 1:
+            flat = ids.reshape(-1)
+            mine = ((flat >= lo) & (flat < lo + n_local)).nonzero().view(-1)  # the rank's pairs, before timing
+            lids, ltok, lw = flat[mine] - lo, torch.div(mine, K, rounding_mode="floor"), w.reshape(-1)[mine]
+            if "local_pairs" in r and r["local_pairs"] != mine.numel():
+                print(f"error: T={T}: {mine.numel()} local pairs here, fp4moe counted {r['local_pairs']}", file=sys.stderr)
+                return 2
+            peer[T] = timed(lambda: layer.forward_local(x, lids, ltok, lw), args.iters)
+            del lids, ltok, lw, mine, flat
+        else:
+            peer[T] = timed(lambda: layer.forward(x, ids, w), args.iters)
         print(f"  peer T={T}: {peer[T][0] * 1e3:.1f} us ({peer[T][1]})")
         del x, ids, w
         torch.cuda.empty_cache()
@@ -188,7 +236,8 @@ def main():
                          f"{r['floor_ms'] * 1e3:.1f} | {r['pct']:.1f}% | {r['peer_ms'] * 1e3:.1f}"
                          f"{'' if r['peer_mode'] == 'graph' else ' (eager)'} | {r['peer_pct']:.1f}% | "
                          f"{r['speedup']:.2f}x |")
-        title = f"fp4moe tactic family: {bench.get('family', 'any')} ({d})"
+        title = (f"fp4moe tactic family: {bench.get('family', 'any')}; "
+                 f"{bench.get('shard', {}).get('text', 'whole layer')} ({d})")
         tactics = "tactics (fc1 / fc2): " + "; ".join(f"T={r['T']}: {r['fc1']} / {r['fc2']}" for r in rows)
         print(f"\n{title}\n" + "\n".join(lines) + "\n" + tactics)
         out_md += [f"\n{title}\n", "\n".join(lines), "\n" + tactics + "\n"]

@@ -2,10 +2,12 @@
 # The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, compute-sanitizer
 # memcheck and racecheck on the small cases (the Sanitize.* suite: every tactic on tail shapes, one
 # forward per routing family and shared-expert kind), then `fp4moe bench` on the GLM-5 layer and the
-# PyTorch peer in the same run. Uses the binaries staged in .gpubuild/ (scripts/gpu_build.sh), or
-# builds them when nvcc is available. Logs go to OUTDIR; a short summary is printed last (and written to
-# OUTDIR/summary.txt). Exit status: 0 when every step passed.
-#   usage: scripts/gpu_check.sh OUTDIR   (BENCH_TOKENS=1,8,... and BENCH_ITERS=N override the bench;
+# PyTorch peer in the same run, and the same for the layer's TP8 and EP8 shards. Uses the binaries
+# staged in .gpubuild/ (scripts/gpu_build.sh), or builds them when nvcc is available. Logs go to OUTDIR;
+# a short summary is printed last (and written to OUTDIR/summary.txt). Exit status: 0 when every step
+# passed.
+#   usage: scripts/gpu_check.sh OUTDIR   (BENCH_TOKENS=1,8,... and BENCH_ITERS=N override the bench,
+#   BENCH_TP=N / BENCH_EP=N the tensor- / expert-parallel shard also benchmarked (default 8, 0: none);
 #   TEST_TIMEOUT / SANITIZER_TIMEOUT / BENCH_TIMEOUT, in seconds, bound each step so a hang cannot eat
 #   the run: a step that runs out of time is reported as TIMEOUT)
 set -uo pipefail
@@ -103,6 +105,28 @@ if [ ${#dirs[@]} -gt 0 ]; then
   rc=$?
   if [ $rc -eq 0 ]; then note "torch peer: done"; else status=1; note "torch peer: FAIL rc=$rc (see peer.log)"; fi
 fi
+
+# 4. one GPU's shard of a multi-GPU layer, each with its peer on the same shard: BENCH_TP=8 (GLM-5's TP8:
+#    I / 8 per expert) and BENCH_EP=8 (rank 0 of EP8: 32 of 256 experts + the shared expert); 0 skips one
+for shard in "tp ${BENCH_TP:-8}" "ep ${BENCH_EP:-8}"; do
+  read -r kind n <<<"$shard"
+  [ "$n" != 0 ] || continue
+  d="$out/bench_$kind$n"
+  mkdir -p "$d"
+  timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/fp4moe" bench "--$kind" "$n" --tokens "$tokens" --iters "$iters" \
+    --dump-dir "$d" >"$out/bench_$kind$n.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    note "fp4moe bench --$kind $n: done"
+    timeout -k 10 "${BENCH_TIMEOUT:-180}" python3 "$root/bench/torch_peer.py" --bench-dir "$d" --iters "$iters" \
+      >"$out/peer_$kind$n.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then note "torch peer (${kind^^}$n shard): done"; else status=1; note "torch peer (${kind^^}$n shard): FAIL rc=$rc (see peer_$kind$n.log)"; fi
+  else
+    status=1
+    note "fp4moe bench --$kind $n: FAIL rc=$rc"
+  fi
+done
 
 {
   echo "== fp4moe GPU check ($(cat "$stage/revision.txt" 2>/dev/null)) =="

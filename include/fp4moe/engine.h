@@ -24,6 +24,13 @@ struct EngineOptions {
   std::vector<std::string> excluded_tactics;
   // Optional tuned choice per token bucket, filled by the tuner: bucket (power of two) -> name.
   std::vector<std::pair<int64_t, std::string>> fc1_by_bucket, fc2_by_bucket;
+  // Expert parallelism: this engine is rank ep_rank of ep_size and holds only the routed experts
+  // [ep_rank * E / ep_size, (ep_rank + 1) * E / ep_size) (E % ep_size == 0), plus the shared expert on
+  // rank 0 only. Routing stays global (ForwardOutputs ids are global expert ids); pairs routed to other
+  // ranks' experts are dropped, so out is this rank's partial: the sum of all ranks' outputs (the combine
+  // all-reduce) is the whole layer, up to the bf16 rounding of each partial. With ep_size > 1 the tuned
+  // buckets above are ignored (they were measured on the whole layer): forced tactic, else the heuristic.
+  int ep_size = 1, ep_rank = 0;
 };
 
 // Pointers into the engine's workspace after a forward (device memory, valid until the next forward).

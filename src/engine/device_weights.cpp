@@ -115,20 +115,26 @@ void DeviceGemmWeights::prepare(WeightLayout layout, Stream stream) {
   packed.emplace(layout, std::move(dst));
 }
 
-void upload_layer(const MoeLayerWeights& w, DeviceLayerWeights* out) {
+void upload_layer(const MoeLayerWeights& w, const ExpertShard& shard, DeviceLayerWeights* out) {
   w.validate();
   const MoeConfig& c = w.config;
-  const int64_t E = c.num_experts, H = c.hidden, I = c.inter;
+  const int64_t E = c.num_experts, H = c.hidden, I = c.inter, n = shard.count;
   FP4MOE_CHECK(static_cast<int64_t>(w.experts.size()) == E, StatusCode::kInvalidArgument,
                "layer has {} expert entries, config says {}", w.experts.size(), E);
-  allocate_nvfp4(out->fc1, GemmOp::kFc1SwiGlu, E, I, H, "routed fc1");
-  allocate_nvfp4(out->fc2, GemmOp::kFc2, E, H, I, "routed fc2");
-  std::vector<float> ts1(static_cast<size_t>(2 * E)), ts2(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) {
+  FP4MOE_CHECK(shard.first >= 0 && n >= 1 && shard.first + n <= E, StatusCode::kInternal,
+               "expert shard [{}, {}) outside the layer's {} experts", shard.first, shard.first + n, E);
+  allocate_nvfp4(out->fc1, GemmOp::kFc1SwiGlu, n, I, H, "routed fc1");
+  allocate_nvfp4(out->fc2, GemmOp::kFc2, n, H, I, "routed fc2");
+  std::vector<float> ts1(static_cast<size_t>(2 * n)), ts2(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = shard.first + i;
     const ExpertWeights& x = w.experts[static_cast<size_t>(e)];
     FP4MOE_CHECK(!x.empty(), StatusCode::kInvalidArgument,
-                 "expert {} is not materialised; MoeEngine::create needs every expert", e);
-    upload_mlp(out->fc1, out->fc2, e, x, ts1, ts2, fmt::format("expert {}", e));
+                 "expert {} is not materialised; MoeEngine::create needs every expert {}", e,
+                 shard.is_whole() ? std::string("of the layer")
+                                  : fmt::format("of its shard [{}, {}) (ep_rank {} of ep_size {})", shard.first,
+                                                shard.first + n, shard.rank, shard.size));
+    upload_mlp(out->fc1, out->fc2, i, x, ts1, ts2, fmt::format("expert {}", e));
   }
   copy_to_device(out->fc1.tensor_scales.get(), ts1.data(), sizeof(float) * ts1.size());
   copy_to_device(out->fc2.tensor_scales.get(), ts2.data(), sizeof(float) * ts2.size());
@@ -140,7 +146,7 @@ void upload_layer(const MoeLayerWeights& w, DeviceLayerWeights* out) {
     out->bias = DeviceBuffer(sizeof(float) * w.correction_bias.size(), "correction bias");
     copy_to_device(out->bias.get(), w.correction_bias.data(), sizeof(float) * w.correction_bias.size());
   }
-  if (w.shared && !w.shared->empty()) upload_shared(w, out);
+  if (shard.shared && w.shared && !w.shared->empty()) upload_shared(w, out);
 }
 
 namespace {
@@ -173,14 +179,18 @@ void generate_mlp(uint64_t seed, int64_t e0, int64_t count, DeviceGemmWeights& f
 
 }  // namespace
 
-void generate_synthetic_layer(const MoeConfig& c, const SyntheticSpec& spec, DeviceLayerWeights* out, Stream stream) {
+void generate_synthetic_layer(const MoeConfig& c, const SyntheticSpec& spec, const ExpertShard& shard,
+                              DeviceLayerWeights* out, Stream stream) {
   c.validate("synthetic layer config");
-  const int64_t E = c.num_experts, H = c.hidden, I = c.inter;
-  allocate_nvfp4(out->fc1, GemmOp::kFc1SwiGlu, E, I, H, "routed fc1");
-  allocate_nvfp4(out->fc2, GemmOp::kFc2, E, H, I, "routed fc2");
+  const int64_t E = c.num_experts, H = c.hidden, I = c.inter, n = shard.count;
+  FP4MOE_CHECK(shard.first >= 0 && n >= 1 && shard.first + n <= E, StatusCode::kInternal,
+               "expert shard [{}, {}) outside the layer's {} experts", shard.first, shard.first + n, E);
   FP4MOE_CHECK(E <= 65535, StatusCode::kUnsupported, "synthetic layers support at most 65535 experts, got {}", E);
-  std::vector<float> ts1(static_cast<size_t>(2 * E)), ts2(static_cast<size_t>(E));
-  generate_mlp(spec.seed, 0, E, out->fc1, out->fc2, ts1, ts2, stream);
+  allocate_nvfp4(out->fc1, GemmOp::kFc1SwiGlu, n, I, H, "routed fc1");
+  allocate_nvfp4(out->fc2, GemmOp::kFc2, n, H, I, "routed fc2");
+  std::vector<float> ts1(static_cast<size_t>(2 * n)), ts2(static_cast<size_t>(n));
+  // Global experts [first, first + n) into local slots 0..n-1: the hash takes the global index.
+  generate_mlp(spec.seed, shard.first, n, out->fc1, out->fc2, ts1, ts2, stream);
   copy_to_device(out->fc1.tensor_scales.get(), ts1.data(), sizeof(float) * ts1.size());
   copy_to_device(out->fc2.tensor_scales.get(), ts2.data(), sizeof(float) * ts2.size());
   out->router = DeviceBuffer(sizeof(float) * static_cast<size_t>(E * H), "router weight");
@@ -189,7 +199,7 @@ void generate_synthetic_layer(const MoeConfig& c, const SyntheticSpec& spec, Dev
     out->bias = DeviceBuffer(sizeof(float) * static_cast<size_t>(E), "correction bias");
     throw_status(launch_synthetic_bias(spec.seed, E, out->bias.as<float>(), stream));
   }
-  if (c.n_shared_experts > 0 && c.shared_inter > 0) {
+  if (shard.shared && c.n_shared_experts > 0 && c.shared_inter > 0) {
     const int64_t Is = c.shared_inter;
     allocate_nvfp4(out->shared_fc1, GemmOp::kFc1SwiGlu, 1, Is, H, "shared expert fc1");
     allocate_nvfp4(out->shared_fc2, GemmOp::kFc2, 1, H, Is, "shared expert fc2");

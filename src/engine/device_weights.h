@@ -5,6 +5,7 @@
 #include <map>
 
 #include "engine/device_buffer.h"
+#include "engine/expert_shard.h"
 #include "fp4moe/tactic.h"
 #include "fp4moe/weights.h"
 
@@ -28,18 +29,22 @@ struct DeviceGemmWeights {
 };
 
 struct DeviceLayerWeights {
-  DeviceGemmWeights fc1, fc2;                 // routed experts
+  DeviceGemmWeights fc1, fc2;                 // routed experts held (all, or an expert-parallel shard's)
   DeviceGemmWeights shared_fc1, shared_fc2;   // empty when the layer has no shared expert
   DeviceBuffer router;                        // [E, H] fp32, empty when absent
   DeviceBuffer bias;                          // [E] fp32, empty when absent
   bool has_shared() const { return !shared_fc1.empty(); }
 };
 
-// Uploads host weights (every routed expert must be NVFP4 and materialised). Throws Error naming the
-// expert/projection on a problem. Synchronous.
-void upload_layer(const MoeLayerWeights& w, DeviceLayerWeights* out);
-// Generates the synthetic layer of (cfg, spec) in device memory (all experts, router, bias, shared),
-// the same bytes as synthetic_layer() on the host. Asynchronous on `stream`; throws on launch errors.
-void generate_synthetic_layer(const MoeConfig& cfg, const SyntheticSpec& spec, DeviceLayerWeights* out, Stream stream);
+// Uploads host weights: the shard's routed experts (global [first, first + count) into local slots
+// 0..count-1; each must be NVFP4 and materialised, the others may be empty), the whole router weight and
+// bias, and the shared expert when shard.shared. Throws Error naming the expert/projection on a problem.
+// Synchronous.
+void upload_layer(const MoeLayerWeights& w, const ExpertShard& shard, DeviceLayerWeights* out);
+// Generates the synthetic layer of (cfg, spec) in device memory: the shard's routed experts (the same
+// bytes as synthetic_layer() gives those global experts on the host), the whole router and bias, and the
+// shared expert when shard.shared. Asynchronous on `stream`; throws on launch errors.
+void generate_synthetic_layer(const MoeConfig& cfg, const SyntheticSpec& spec, const ExpertShard& shard,
+                              DeviceLayerWeights* out, Stream stream);
 
 }  // namespace fp4moe::engine

@@ -6,6 +6,12 @@
 // or generate the canonical weights, pack the layouts the chosen tactics want (once), init the tactics,
 // and allocate the workspace. Forward: only kernel launches on `stream`; nothing is allocated, nothing
 // is copied to the host, so a forward can be captured in a CUDA graph.
+//
+// Expert parallelism (EngineOptions::ep_size > 1, src/engine/expert_shard.h): the engine holds only its
+// rank's experts (and the shared expert on rank 0). Routing stays global; a small kernel maps each pair's
+// global id to its local id or to the dropped bucket `count`, the permutation groups over count + 1
+// experts, FC1/FC2 run over the `count` local experts (never over the dropped rows past
+// offsets[count]), and finalize skips the dropped pairs: the output is the rank's partial of the layer.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -17,6 +23,7 @@
 #include "engine/cuda_check.h"
 #include "engine/device_weights.h"
 #include "engine/engine_kernels.h"
+#include "engine/expert_shard.h"
 #include "engine/tactic_choice.h"
 #include "engine/workspace.h"
 #include "fp4moe/engine.h"
@@ -65,6 +72,7 @@ class CudaMoeEngine final : public MoeEngine {
     cfg.validate("engine config");
     cfg_ = cfg;
     opts_ = opts;
+    shard_ = expert_shard(cfg, opts.ep_size, opts.ep_rank);  // kInvalidArgument naming the values
     FP4MOE_CHECK(opts.max_tokens >= 1, StatusCode::kInvalidArgument, "EngineOptions::max_tokens = {} must be >= 1",
                  opts.max_tokens);
     FP4MOE_CHECK(opts.max_tokens * cfg.topk <= (int64_t{1} << 30), StatusCode::kInvalidArgument,
@@ -88,25 +96,41 @@ class CudaMoeEngine final : public MoeEngine {
     }
     const bool shared_nvfp4 = w_.has_shared() && !w_.shared_fc1.bf16;
     std::set<std::pair<GroupedGemmTactic*, const DeviceGemmWeights*>> used;
-    auto choose = [&](const DeviceGemmWeights& g, int64_t rows, int64_t max_rows, const std::string& forced,
-                      const std::string& tuned) {
+    // `rows` is the capacity the GEMM runs with; the choice sees `expected` rows (the heuristic divides
+    // them by the experts). With expert parallelism a routed GEMM's capacity stays b * topk (every pair
+    // may be local) but a rank expects b * topk / ep_size of them under uniform routing, so the choice
+    // sees those and the heuristic's rows per expert equal the whole layer's.
+    auto choose = [&](const DeviceGemmWeights& g, int64_t rows, int64_t expected, int64_t max_rows,
+                      const std::string& forced, const std::string& tuned) {
       GroupedGemmTactic* t = nullptr;
       std::string note;
       TacticRequest req{forced, tuned, opts_.excluded_tactics};
-      const GemmProblem p = sized(g.shape, rows, max_rows);
+      const GemmProblem p = sized(g.shape, expected, max_rows);
       Status st = choose_tactic(p, caps_, req, &t, &note);
       if (!st.is_ok()) throw Error(st.code(), st.message());
       if (!note.empty()) log::warn("engine", "{} bucket rows={}: {}", gemm_op_name(p.op), rows, note);
+      if (expected != rows) {
+        const TacticCheck c = t->check(sized(g.shape, rows, max_rows), caps_);
+        if (!c.ok) throw Error(StatusCode::kUnsupported, fmt::format("tactic {} cannot run {}: {}", t->desc().name,
+                                                                     sized(g.shape, rows, max_rows).to_string(), c.reason));
+      }
       used.insert({t, &g});
       return t;
     };
+    // The tuner's buckets were measured on the whole layer: with expert parallelism they are ignored (a
+    // forced tactic, else the heuristic on the rank's expected rows).
+    const bool use_tuned = shard_.is_whole();
     for (int64_t b : buckets_) {
       BucketTactics bt;
-      bt.fc1 = choose(w_.fc1, b * cfg_.topk, b, opts_.fc1_tactic, tuned_for(opts_.fc1_by_bucket, b));
-      bt.fc2 = choose(w_.fc2, b * cfg_.topk, b, opts_.fc2_tactic, tuned_for(opts_.fc2_by_bucket, b));
+      const int64_t rows = b * cfg_.topk;
+      const int64_t expected = std::max<int64_t>(1, (rows + shard_.size - 1) / shard_.size);
+      bt.fc1 = choose(w_.fc1, rows, expected, b, opts_.fc1_tactic,
+                      use_tuned ? tuned_for(opts_.fc1_by_bucket, b) : std::string());
+      bt.fc2 = choose(w_.fc2, rows, expected, b, opts_.fc2_tactic,
+                      use_tuned ? tuned_for(opts_.fc2_by_bucket, b) : std::string());
       if (shared_nvfp4) {
-        bt.shared_fc1 = choose(w_.shared_fc1, b, b, opts_.fc1_tactic, "");
-        bt.shared_fc2 = choose(w_.shared_fc2, b, b, opts_.fc2_tactic, "");
+        bt.shared_fc1 = choose(w_.shared_fc1, b, b, b, opts_.fc1_tactic, "");
+        bt.shared_fc2 = choose(w_.shared_fc2, b, b, b, opts_.fc2_tactic, "");
       }
       tactics_.push_back(bt);
       if (std::getenv("FP4MOE_PRINT_TACTICS"))
@@ -135,7 +159,7 @@ class CudaMoeEngine final : public MoeEngine {
         if (tw.second == g && tw.first->desc().layout == WeightLayout::kCanonical) canonical_used = true;
       if (!canonical_used) g->drop_canonical();
     }
-    for (const Status& st : {prepare_routing_kernels(cfg_), prepare_permute_kernels(E)})
+    for (const Status& st : {prepare_routing_kernels(cfg_), prepare_permute_kernels(permute_experts())})
       if (!st.is_ok()) throw Error(st.code(), st.message());
     if (w_.has_shared() && w_.shared_fc1.bf16) {
       Status st = portable::init_bf16_grouped();
@@ -144,6 +168,8 @@ class CudaMoeEngine final : public MoeEngine {
     WorkspaceShape ws;
     ws.max_tokens = opts_.max_tokens;
     ws.experts = E;
+    ws.permute_experts = permute_experts();
+    ws.need_local_ids = !shard_.is_whole();
     ws.topk = cfg_.topk;
     ws.hidden = cfg_.hidden;
     ws.inter = cfg_.inter;
@@ -166,6 +192,7 @@ class CudaMoeEngine final : public MoeEngine {
   }
 
   DeviceLayerWeights& weights() { return w_; }
+  const ExpertShard& shard() const { return shard_; }
 
   Status forward(const uint16_t* x, int64_t tokens, const float* logits, uint16_t* out, Stream stream,
                  ForwardOutputs* outputs) override {
@@ -212,7 +239,8 @@ class CudaMoeEngine final : public MoeEngine {
       if (st.is_ok() && err != cudaSuccess) return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
     }
     if (!st.is_ok()) return st;
-    return launch_finalize(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, y_shared, T, K, H, out, stream);
+    return launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, K, H, out,
+                                   stream);
   }
 
   // Serial variant: routed experts and finalize on `stream` after the shared expert.
@@ -220,14 +248,15 @@ class CudaMoeEngine final : public MoeEngine {
                         const uint16_t* y_shared, uint16_t* out, cudaStream_t stream) {
     const Status st = routed(x, T, logits, bt, stream);
     if (!st.is_ok()) return st;
-    return launch_finalize(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, y_shared, T, cfg_.topk, cfg_.hidden, out,
-                           stream);
+    return launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, cfg_.topk,
+                                   cfg_.hidden, out, stream);
   }
 
   // Routing, permutation and the routed experts' FC1 / FC2 on `stream`.
   Status routed(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt, cudaStream_t stream) {
     const int64_t K = cfg_.topk, E = cfg_.num_experts, H = cfg_.hidden, I = cfg_.inter;
     Status st;
+    // Routing is global (all E experts) on every rank.
     if (!logits) {
       st = engine::launch_router_logits(x, w_.router.as<float>(), T, H, E, ptrs_.logits, stream);
       if (!st.is_ok()) return st;
@@ -242,7 +271,13 @@ class CudaMoeEngine final : public MoeEngine {
     pb.gather = ptrs_.gather;
     pb.pair_pos = ptrs_.pair_pos;
     pb.shared_offsets = nullptr;  // written on the side stream by shared_expert()
-    st = launch_permute(ptrs_.topk_ids, T, K, E, pb, stream);
+    const int32_t* ids = ptrs_.topk_ids;  // global ids stay in topk_ids (ForwardOutputs)
+    if (!shard_.is_whole()) {
+      st = launch_local_expert_ids(ptrs_.topk_ids, T * K, shard_.first, shard_.count, ptrs_.local_ids, stream);
+      if (!st.is_ok()) return st;
+      ids = ptrs_.local_ids;
+    }
+    st = launch_permute(ids, T, K, permute_experts(), pb, stream);
     if (!st.is_ok()) return st;
 
     // Routed experts.
@@ -317,6 +352,11 @@ class CudaMoeEngine final : public MoeEngine {
   }
 
  private:
+  // Experts the permutation groups into: E, or the local experts plus the dropped bucket.
+  int64_t permute_experts() const { return shard_.is_whole() ? shard_.count : shard_.count + 1; }
+  // Device int: the first grouped row of the dropped bucket (finalize skips rows from there), or null.
+  const int32_t* kept_rows() const { return shard_.is_whole() ? nullptr : ptrs_.offsets + shard_.count; }
+
   size_t bucket_index(int64_t tokens) const {
     size_t i = 0;
     while (i + 1 < buckets_.size() && buckets_[i] < tokens) ++i;
@@ -325,6 +365,7 @@ class CudaMoeEngine final : public MoeEngine {
 
   MoeConfig cfg_;
   EngineOptions opts_;
+  ExpertShard shard_;  // the experts held (all of them unless ep_size > 1)
   DeviceCaps caps_;
   DeviceLayerWeights w_;
   std::vector<int64_t> buckets_;
@@ -340,13 +381,13 @@ class CudaMoeEngine final : public MoeEngine {
 };
 
 Status create_engine(const MoeConfig& cfg, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out,
-                     const std::function<void(DeviceLayerWeights&)>& load) {
+                     const std::function<void(DeviceLayerWeights&, const ExpertShard&)>& load) {
   if (!out) return Status(StatusCode::kInvalidArgument, "MoeEngine::create: output pointer is null");
   out->reset();
   auto engine = std::make_unique<CudaMoeEngine>();
   Status st = status_from([&] {
     engine->setup(cfg, opts);
-    load(engine->weights());
+    load(engine->weights(), engine->shard());
     engine->finish();
   });
   if (!st.is_ok()) {
@@ -362,13 +403,15 @@ Status create_engine(const MoeConfig& cfg, const EngineOptions& opts, std::uniqu
 
 Status MoeEngine::create(const MoeLayerWeights& weights, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out) {
   return engine::create_engine(weights.config, opts, out,
-                               [&](engine::DeviceLayerWeights& w) { engine::upload_layer(weights, &w); });
+                               [&](engine::DeviceLayerWeights& w, const engine::ExpertShard& shard) {
+                                 engine::upload_layer(weights, shard, &w);
+                               });
 }
 
 Status MoeEngine::create_synthetic(const MoeConfig& cfg, const SyntheticSpec& spec, const EngineOptions& opts,
                                    std::unique_ptr<MoeEngine>* out) {
-  return engine::create_engine(cfg, opts, out, [&](engine::DeviceLayerWeights& w) {
-    engine::generate_synthetic_layer(cfg, spec, &w, nullptr);
+  return engine::create_engine(cfg, opts, out, [&](engine::DeviceLayerWeights& w, const engine::ExpertShard& shard) {
+    engine::generate_synthetic_layer(cfg, spec, shard, &w, nullptr);
   });
 }
 

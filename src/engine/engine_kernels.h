@@ -19,6 +19,10 @@ Status launch_router_logits(const uint16_t* x, const float* router_weight, int64
 // ties to the lower index; weights [T, topk] fp32.
 Status launch_routing(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg, int32_t* ids,
                       float* weights, Stream stream);
+// The same with the generic per-token kernel only (launch_routing takes a register fast path when the
+// shape allows; tests compare the two).
+Status launch_routing_generic(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg,
+                              int32_t* ids, float* weights, Stream stream);
 // Shared-memory opt-ins for very wide routers; once at engine creation (never inside a capture).
 Status prepare_routing_kernels(const MoeConfig& cfg);
 
@@ -45,6 +49,18 @@ Status launch_permute(const int32_t* ids, int64_t tokens, int64_t topk, int64_t 
 // y [pairs, H] bf16, y_shared [T, H] bf16 or null, out [T, H] bf16; H a multiple of 8, 16-byte aligned rows.
 Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* weights, const uint16_t* y_shared,
                        int64_t tokens, int64_t topk, int64_t hidden, uint16_t* out, Stream stream);
+// The same combine over the pairs whose grouped row is below *kept_rows (a device int, e.g. the permuted
+// offsets' start of the expert-parallel dropped bucket); the other pairs are skipped, as if their weight
+// were 0, and their rows are never read. kept_rows null: every pair (== launch_finalize).
+Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const float* weights,
+                               const int32_t* kept_rows, const uint16_t* y_shared, int64_t tokens, int64_t topk,
+                               int64_t hidden, uint16_t* out, Stream stream);
+
+// --- expert parallelism (expert_parallel.cu) --------------------------------------------------------
+// local_ids[i] = ids[i] - first when first <= ids[i] < first + count, else count (the dropped bucket),
+// for i < pairs. The permutation then groups the pairs over count + 1 experts.
+Status launch_local_expert_ids(const int32_t* ids, int64_t pairs, int64_t first, int64_t count, int32_t* local_ids,
+                               Stream stream);
 
 // --- synthetic weights (synthetic.cu) ---------------------------------------------------------------
 // `count` experts of one tensor: dst + i * dst_stride receives the bytes of expert (expert0 + i), byte j =

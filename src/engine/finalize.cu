@@ -4,7 +4,13 @@
 // them with 16-byte loads from each of the token's topk grouped rows (pair_pos), accumulating in fp32
 // in rank order, then adds the shared expert's row. Multiplies and adds are separately rounded
 // (__fmul_rn / __fadd_rn), the reference's exact operation order, so the combine adds no error of its own.
+// Expert-parallel partials (kept_rows non-null): a pair whose grouped row is >= *kept_rows went to
+// another rank's expert (the permutation's dropped bucket, whose rows FC2 never wrote) and is skipped;
+// skipping equals adding w * 0 in the reference's order, so a partial is the reference with the other
+// ranks' weights zeroed.
 #include <cuda_runtime.h>
+
+#include <climits>
 
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
@@ -27,15 +33,17 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
 
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_pos,
-                    const float* __restrict__ weights, const uint16_t* __restrict__ y_shared, int topk, int hidden,
-                    uint16_t* __restrict__ out) {
+                    const float* __restrict__ weights, const int32_t* __restrict__ kept_rows,
+                    const uint16_t* __restrict__ y_shared, int topk, int hidden, uint16_t* __restrict__ out) {
   const int t = blockIdx.x;
   const int c8 = blockIdx.y * kFinalizeThreads + threadIdx.x;  // group of 8 columns
   if (c8 * 8 >= hidden) return;
+  const int kept = kept_rows ? *kept_rows : INT_MAX;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   for (int k = 0; k < topk; ++k) {
     const int64_t pair = static_cast<int64_t>(t) * topk + k;
     const int row = pair_pos[pair];
+    if (row >= kept) continue;  // another rank's expert
     const float w = weights[pair];
     const uint4 v = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(row) * hidden + c8 * 8);
     float f[8];
@@ -61,13 +69,19 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 
 Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* weights, const uint16_t* y_shared,
                        int64_t tokens, int64_t topk, int64_t hidden, uint16_t* out, Stream stream) {
+  return launch_finalize_partial(y, pair_pos, weights, nullptr, y_shared, tokens, topk, hidden, out, stream);
+}
+
+Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const float* weights,
+                               const int32_t* kept_rows, const uint16_t* y_shared, int64_t tokens, int64_t topk,
+                               int64_t hidden, uint16_t* out, Stream stream) {
   if (tokens == 0) return Status::ok();
   if (hidden % 8 != 0)
     return Status(StatusCode::kInvalidArgument, fmt::format("finalize: hidden = {} is not a multiple of 8", hidden));
   const int64_t groups = hidden / 8;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((groups + kFinalizeThreads - 1) / kFinalizeThreads));
-  finalize_kernel<<<grid, kFinalizeThreads, 0, stream>>>(y, pair_pos, weights, y_shared, static_cast<int>(topk),
-                                                         static_cast<int>(hidden), out);
+  finalize_kernel<<<grid, kFinalizeThreads, 0, stream>>>(y, pair_pos, weights, kept_rows, y_shared,
+                                                         static_cast<int>(topk), static_cast<int>(hidden), out);
   return cuda_launch_status("finalize_kernel launch", __FILE__, __LINE__);
 }
 

@@ -10,8 +10,14 @@
 //    chunk c's pairs of expert e. Also writes the shared expert's offsets {0, T}.
 // 3. scatter_kernel: one thread per pair: row = chunk_base[c][e] + rank; gather[row] = token,
 //    pair_pos[pair] = row.
+// Small batches (at most 4096 pairs and 256 experts: decode) take permute_small_kernel instead: one
+// block of 32 warps does the same three steps with the counters in shared memory and __syncthreads in
+// place of kernel boundaries, so the permutation is one launch (three launches cost ~10 us of the T = 1
+// forward on the H200). Warp w owns the contiguous pair range [w*C, (w+1)*C), C = ceil(P / 32) rounded
+// up to 32, so warp order is pair order and the grouping is the same stable one.
 #include <cuda_runtime.h>
 
+#include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
 
@@ -109,6 +115,77 @@ __global__ void scatter_kernel(const int32_t* __restrict__ ids, int pairs, int t
   pair_pos[i] = row;
 }
 
+constexpr int kSmallWarps = 32;
+constexpr int kSmallMaxPairs = 4096;
+constexpr int kSmallMaxExperts = 256;
+
+__global__ void __launch_bounds__(kSmallWarps * 32)
+    permute_small_kernel(const int32_t* __restrict__ ids, int pairs, int topk, int experts, int tokens,
+                         int32_t* __restrict__ offsets, int32_t* __restrict__ gather, int32_t* __restrict__ pair_pos,
+                         int32_t* __restrict__ shared_offsets) {
+  pdl_wait();  // launched with PDL (common/pdl_launch.h); no early trigger, see there
+  __shared__ int count[kSmallWarps][kSmallMaxExperts];  // per warp: pairs per expert, then row bases
+  __shared__ uint16_t rank_s[kSmallMaxPairs];            // 40 KB in all, under the 48 KB static limit
+  __shared__ int warp_tot[kSmallWarps];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < kSmallWarps * kSmallMaxExperts; i += blockDim.x) (&count[0][0])[i] = 0;
+  if (tid == 0 && shared_offsets) {
+    shared_offsets[0] = 0;
+    shared_offsets[1] = tokens;
+  }
+  __syncthreads();
+  // 1. Rank of each pair among its warp range's earlier pairs of the same expert.
+  const int per_warp = ((pairs + kSmallWarps - 1) / kSmallWarps + 31) / 32 * 32;
+  const unsigned lower = (1u << lane) - 1u;
+  for (int b = warp * per_warp; b < min(pairs, (warp + 1) * per_warp); b += 32) {
+    const int i = b + lane;
+    const int e = i < pairs ? ids[i] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int before = __popc(peers & lower);
+    const int base = e >= 0 ? count[warp][e] : 0;
+    __syncwarp();
+    if (e >= 0 && before == 0) count[warp][e] = base + __popc(peers);
+    __syncwarp();
+    if (i < pairs) rank_s[i] = static_cast<uint16_t>(base + before);
+  }
+  __syncthreads();
+  // 2. Per expert: totals, then an exclusive scan over experts (one thread per expert, E <= 256 < 1024).
+  int total = 0;
+  if (tid < experts)
+    for (int w = 0; w < kSmallWarps; ++w) total += count[w][tid];
+  int incl = total;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_tot[warp] = incl;
+  __syncthreads();
+  int before_warps = 0;
+  for (int w = 0; w < warp; ++w) before_warps += warp_tot[w];
+  if (tid < experts) {
+    const int start = before_warps + incl - total;
+    offsets[tid + 1] = start + total;
+    int run = start;  // row base of each warp's pairs of this expert
+    for (int w = 0; w < kSmallWarps; ++w) {
+      const int c = count[w][tid];
+      count[w][tid] = run;
+      run += c;
+    }
+  }
+  if (tid == 0) offsets[0] = 0;
+  __syncthreads();
+  // 3. Scatter.
+  for (int b = warp * per_warp; b < min(pairs, (warp + 1) * per_warp); b += 32) {
+    const int i = b + lane;
+    if (i < pairs) {
+      const int row = count[warp][ids[i]] + rank_s[i];
+      gather[row] = i / topk;
+      pair_pos[i] = row;
+    }
+  }
+}
+
 __global__ void write_offsets_kernel(int32_t* dst, int tokens) {
   dst[0] = 0;
   dst[1] = tokens;
@@ -135,6 +212,13 @@ Status launch_permute(const int32_t* ids, int64_t tokens, int64_t topk, int64_t 
                       Stream stream) {
   const int64_t pairs = tokens * topk;
   const int64_t chunks = permute_chunks(pairs);
+  if (pairs <= kSmallMaxPairs && experts <= kSmallMaxExperts) {
+    const cudaError_t err = launch_pdl(permute_small_kernel, dim3(1), dim3(kSmallWarps * 32), 0, stream, ids,
+                                       static_cast<int>(pairs), static_cast<int>(topk), static_cast<int>(experts),
+                                       static_cast<int>(tokens), b.offsets, b.gather, b.pair_pos, b.shared_offsets);
+    if (err != cudaSuccess) return cuda_status(err, "permute_small_kernel launch", __FILE__, __LINE__);
+    return Status::ok();
+  }
   if (pairs > 0) {
     const size_t smem = sizeof(int) * kRankWarps * static_cast<size_t>(experts);
     const unsigned blocks = static_cast<unsigned>((chunks + kRankWarps - 1) / kRankWarps);

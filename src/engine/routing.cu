@@ -11,12 +11,24 @@
 // the reference's partial_sort order. Weights are normalised with the reference's operation order
 // (a sequential sum in rank order, then divide, then the routed scaling factor).
 //
+// route_fast_kernel (the path for E a multiple of 32 up to 512, top-k <= 32 and, for sigmoid routing,
+// n_group dividing 32, which covers DeepSeek-V3, GLM and Qwen3): the same semantics with everything in
+// registers. Lane l of the token's warp holds the P = E / 32 contiguous experts l*P .. l*P + P-1, so a
+// group of G = E / n_group experts spans G / P = 32 / n_group whole lanes. Scores become order-preserving
+// 32-bit keys (-0 folded into +0 first; 0 marks a masked or taken expert, below every real key), and
+// one pick costs a redux.sync max, a ballot and a shuffle: the winner is the lowest lane holding the
+// maximum key (lower lane = lower index; inside a lane the first slot wins), which is the reference's
+// tie rule. Group scores (top1 + top2) merge per lane and then across the group's lanes with
+// butterflies; a group is kept when fewer than topk_group groups beat it. The per-lane loop of the
+// generic kernel was latency-bound: ~22 us for one GLM-5 token on the H200 (ncu), a few us here.
+//
 // router_logits_kernel: tile of 16 tokens x 64 experts per 256-thread block, K in steps of 32 through
 // shared memory; each thread accumulates 4 experts of one token in fp32.
 #include <cuda_runtime.h>
 
 #include <cmath>
 
+#include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
 #include "fp4moe/dtype.h"
@@ -162,6 +174,148 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
   }
 }
 
+// ---- register fast path ----------------------------------------------------------------------------
+
+constexpr int kFastMaxPerLane = 16;  // E <= 512
+
+// Order-preserving key of a float: larger float -> larger unsigned; -0 and +0 map alike. Never 0 for a
+// number (the smallest, -inf, maps to 0x007FFFFF), so 0 can mark "not a candidate".
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t b = __float_as_uint(v + 0.0f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+template <int PMAX>
+__device__ __forceinline__ void local_best(const uint32_t (&key)[PMAX], int P, uint32_t& best, int& slot) {
+  best = 0;
+  slot = 0;
+#pragma unroll
+  for (int j = 0; j < PMAX; ++j)
+    if (j < P && key[j] > best) {
+      best = key[j];
+      slot = j;
+    }
+}
+
+template <bool kSigmoid, int PMAX>
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    route_fast_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int tokens, RouteParams rp,
+                      int32_t* __restrict__ ids, float* __restrict__ weights) {
+  pdl_wait();  // launched with PDL (common/pdl_launch.h); no early trigger, see there
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t = blockIdx.x * kRouteWarps + warp;
+  if (t >= tokens) return;  // whole warp
+  const int E = rp.experts, K = rp.topk, P = E / 32;
+  const float* l = logits + static_cast<int64_t>(t) * E + lane * P;
+  float value[PMAX];   // the weight source: softmax p or unbiased sigmoid s
+  uint32_t key[PMAX];  // the selection key
+  if constexpr (!kSigmoid) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < PMAX; ++j)
+      if (j < P) m = fmaxf(m, l[j]);
+    m = warp_max(m);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PMAX; ++j)
+      if (j < P) {
+        value[j] = expf(l[j] - m);
+        sum += value[j];
+      }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int j = 0; j < PMAX; ++j)
+      if (j < P) {
+        value[j] = value[j] / sum;
+        key[j] = order_key(value[j]);
+      }
+  } else {
+    const float* b = bias ? bias + lane * P : nullptr;
+    float choice[PMAX];
+    float top1 = -INFINITY, top2 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < PMAX; ++j)
+      if (j < P) {
+        value[j] = 1.0f / (1.0f + expf(-l[j]));
+        choice[j] = value[j] + (b ? b[j] : 0.0f);
+        if (choice[j] > top1) {
+          top2 = top1;
+          top1 = choice[j];
+        } else if (choice[j] > top2) {
+          top2 = choice[j];
+        }
+      }
+    // Merge the two largest across the group's lanes (32 / n_group lanes, aligned).
+    const int group_lanes = 32 / rp.n_group;
+    for (int o = 1; o < group_lanes; o <<= 1) {
+      const float o1 = __shfl_xor_sync(0xffffffffu, top1, o), o2 = __shfl_xor_sync(0xffffffffu, top2, o);
+      const float hi = fmaxf(top1, o1), lo = fminf(top1, o1);
+      top2 = fmaxf(lo, fmaxf(top2, o2));
+      top1 = hi;
+    }
+    const int G = E / rp.n_group;
+    const float gscore = G == 1 ? top1 : top1 + top2;
+    const int my_group = lane / group_lanes;
+    // Rank of my group: groups with a larger score, or an equal score and a lower index.
+    int beaten_by = 0;
+    for (int g = 0; g < rp.n_group; ++g) {
+      const float other = __shfl_sync(0xffffffffu, gscore, g * group_lanes);
+      beaten_by += (other > gscore || (other == gscore && g < my_group)) ? 1 : 0;
+    }
+    const bool kept = beaten_by < rp.topk_group;
+#pragma unroll
+    for (int j = 0; j < PMAX; ++j)
+      if (j < P) key[j] = kept ? order_key(choice[j]) : 0u;
+  }
+#pragma unroll
+  for (int j = P; j < PMAX; ++j) key[j] = 0u;
+
+  uint32_t best;
+  int slot;
+  local_best(key, P, best, slot);
+  float my_w = 0.0f;  // lane r keeps the weight of rank r
+  for (int r = 0; r < K; ++r) {
+    const uint32_t top = __reduce_max_sync(0xffffffffu, best);
+    const unsigned holders = __ballot_sync(0xffffffffu, best == top);
+    const int winner = __ffs(holders) - 1;
+    const int idx = __shfl_sync(0xffffffffu, lane * P + slot, winner);
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PMAX; ++j)
+      if (j == slot) v = value[j];
+    v = __shfl_sync(0xffffffffu, v, winner);
+    if (lane == r) my_w = v;
+    if (lane == 0) ids[static_cast<int64_t>(t) * K + r] = idx;
+    if (lane == winner) {
+#pragma unroll
+      for (int j = 0; j < PMAX; ++j)
+        if (j == slot) key[j] = 0u;
+      local_best(key, P, best, slot);
+    }
+  }
+  // Normalise exactly like the reference: sequential sum in rank order.
+  float wsum = 0.0f;
+  for (int j = 0; j < K; ++j) wsum = __fadd_rn(wsum, __shfl_sync(0xffffffffu, my_w, j));
+  const float denom = kSigmoid ? __fadd_rn(wsum, 1e-20f) : wsum;
+  if (lane < K) {
+    float w = my_w;
+    if (rp.norm) w = __fdiv_rn(w, denom);
+    weights[static_cast<int64_t>(t) * K + lane] = __fmul_rn(w, rp.scale);
+  }
+}
+
+bool fast_route_ok(const RouteParams& rp, bool sigmoid) {
+  if (rp.experts % 32 != 0 || rp.experts / 32 > kFastMaxPerLane || rp.topk > 32) return false;
+  return !sigmoid || (rp.n_group >= 1 && rp.n_group <= 32 && 32 % rp.n_group == 0);
+}
+
+template <bool kSigmoid>
+cudaError_t launch_route_fast(const float* logits, const float* bias, int tokens, const RouteParams& rp, int32_t* ids,
+                              float* weights, unsigned blocks, cudaStream_t stream) {
+  auto* fn = rp.experts <= 32 * 8 ? &route_fast_kernel<kSigmoid, 8> : &route_fast_kernel<kSigmoid, 16>;
+  return launch_pdl(fn, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits, bias, tokens, rp, ids, weights);
+}
+
 constexpr int kLogitTokens = 16, kLogitExperts = 64, kLogitK = 32;
 
 __global__ void __launch_bounds__(256)
@@ -241,13 +395,21 @@ Status launch_router_logits(const uint16_t* x, const float* router_weight, int64
   return cuda_launch_status("router_logits_kernel launch", __FILE__, __LINE__);
 }
 
-Status launch_routing(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg, int32_t* ids,
-                      float* weights, Stream stream) {
+namespace {
+Status launch_routing_impl(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg, int32_t* ids,
+                           float* weights, cudaStream_t stream, bool allow_fast) {
   if (tokens == 0) return Status::ok();
   const RouteParams rp = route_params(cfg);
   const bool sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped;
   const size_t smem = route_smem_bytes(rp);
   const unsigned blocks = static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps);
+  if (allow_fast && fast_route_ok(rp, sigmoid)) {
+    const cudaError_t err =
+        sigmoid ? launch_route_fast<true>(logits, bias, static_cast<int>(tokens), rp, ids, weights, blocks, stream)
+                : launch_route_fast<false>(logits, nullptr, static_cast<int>(tokens), rp, ids, weights, blocks, stream);
+    if (err != cudaSuccess) return cuda_status(err, "route_fast_kernel launch", __FILE__, __LINE__);
+    return Status::ok();
+  }
   if (sigmoid) {
     route_kernel<true><<<blocks, kRouteWarps * 32, smem, stream>>>(logits, bias, static_cast<int>(tokens), rp, ids,
                                                                    weights);
@@ -256,6 +418,18 @@ Status launch_routing(const float* logits, const float* bias, int64_t tokens, co
                                                                     weights);
   }
   return cuda_launch_status("route_kernel launch", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+Status launch_routing(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg, int32_t* ids,
+                      float* weights, Stream stream) {
+  return launch_routing_impl(logits, bias, tokens, cfg, ids, weights, stream, /*allow_fast=*/true);
+}
+
+Status launch_routing_generic(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg,
+                              int32_t* ids, float* weights, Stream stream) {
+  return launch_routing_impl(logits, bias, tokens, cfg, ids, weights, stream, /*allow_fast=*/false);
 }
 
 }  // namespace fp4moe::engine

@@ -15,14 +15,17 @@ WorkspacePlan plan_workspace(const WorkspaceShape& s) {
   };
   const size_t T = static_cast<size_t>(s.max_tokens), P = T * static_cast<size_t>(s.topk);
   const size_t E = static_cast<size_t>(s.experts);
+  const size_t Ep = static_cast<size_t>(s.permute_experts > 0 ? s.permute_experts : s.experts);
   p.has_logits = s.need_logits;
+  p.has_local_ids = s.need_local_ids;
   p.has_shared = s.shared_inter > 0;
   p.logits = take(p.has_logits ? 4 * T * E : 0);
   p.topk_ids = take(4 * P);
   p.topk_weights = take(4 * P);
+  p.local_ids = take(p.has_local_ids ? 4 * P : 0);
   p.rank = take(4 * P);
-  p.chunk_base = take(4 * static_cast<size_t>(permute_chunks(static_cast<int64_t>(P))) * E);
-  p.offsets = take(4 * (E + 1));
+  p.chunk_base = take(4 * static_cast<size_t>(permute_chunks(static_cast<int64_t>(P))) * Ep);
+  p.offsets = take(4 * (Ep + 1));
   p.shared_offsets = take(4 * 2);
   p.gather = take(4 * P);
   p.pair_pos = take(4 * P);
@@ -42,6 +45,7 @@ WorkspacePointers bind_workspace(const WorkspacePlan& p, void* base) {
   w.logits = p.has_logits ? reinterpret_cast<float*>(at(p.logits)) : nullptr;
   w.topk_ids = reinterpret_cast<int32_t*>(at(p.topk_ids));
   w.topk_weights = reinterpret_cast<float*>(at(p.topk_weights));
+  w.local_ids = p.has_local_ids ? reinterpret_cast<int32_t*>(at(p.local_ids)) : nullptr;
   w.rank = reinterpret_cast<int32_t*>(at(p.rank));
   w.chunk_base = reinterpret_cast<int32_t*>(at(p.chunk_base));
   w.offsets = reinterpret_cast<int32_t*>(at(p.offsets));

@@ -10,6 +10,12 @@
 // table). The shared expert, when the model has one, runs and is timed but, as in DESIGN.md, is not
 // counted in bytes or FLOPs. --dump-dir writes bench.json and each T's routing (topk ids/weights) so the
 // PyTorch peer runs the same routing.
+//
+// Shards of a multi-GPU deployment, one GPU's part: --tp N runs I / N per expert (and shared I / N);
+// --ep N runs expert-parallel rank --ep-rank (default 0) of N: the engine holds experts
+// [r*E/N, (r+1)*E/N) (plus the shared expert on rank 0), routing stays global over all E experts and the
+// pairs routed to other ranks are dropped. For an EP shard, touched bytes count the local experts that
+// received a token and FLOPs the local pairs (2 * 3 * I * H each); the table and bench.json name the shard.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -46,6 +52,8 @@ struct BenchOptions {
   int device = 0;
   uint64_t seed = SyntheticSpec{}.seed;
   int tp = 1;                 // tensor-parallel shard: I / tp per GPU
+  int ep = 1;                 // expert-parallel shard: E / ep experts per GPU
+  int ep_rank = 0;            // which expert-parallel rank to run
   double matmul_tflops = 744; // bf16 dense ceiling (DESIGN.md section 6 measured 744 to 790 on this H200)
   std::string tactic;         // force one tactic for FC1 and FC2
   std::string family;         // choose only among this family's tactics
@@ -71,6 +79,54 @@ std::vector<int64_t> parse_tokens(const std::string& s) {
   }
   FP4MOE_CHECK(!v.empty(), StatusCode::kInvalidArgument, "--tokens is empty");
   return v;
+}
+
+// The layer shape one GPU runs, and which shard of the deployment it is.
+struct BenchShape {
+  MoeConfig cfg;                  // the engine's config (TP: I / tp; EP: the whole config, E global)
+  int64_t first = 0, count = 0;   // routed experts held: [first, first + count)
+  bool shared = true;             // runs the shared expert (when the model has one)
+  std::string shard;              // one line for the table
+};
+
+// Checks --tp / --ep / --ep-rank against the config (before any device work, so the errors are the same
+// with or without a GPU). Throws Error(kInvalidArgument) naming the values.
+BenchShape bench_shape(const BenchOptions& o) {
+  BenchShape b;
+  MoeConfig cfg = o.config_path.empty() ? moe_preset(o.preset) : read_hf_config(o.config_path);
+  FP4MOE_CHECK(!(o.ep > 1 && o.tp > 1), StatusCode::kInvalidArgument,
+               "--ep {} and --tp {}: expert and tensor parallelism are not supported together; give one of them",
+               o.ep, o.tp);
+  FP4MOE_CHECK(o.tp >= 1 && cfg.inter % (16 * o.tp) == 0, StatusCode::kInvalidArgument,
+               "--tp {}: moe_intermediate_size {} must split into multiples of 16", o.tp, cfg.inter);
+  FP4MOE_CHECK(o.ep >= 1 && cfg.num_experts % o.ep == 0, StatusCode::kInvalidArgument,
+               "--ep {}: must divide the {} routed experts of {}", o.ep, cfg.num_experts, cfg.name);
+  FP4MOE_CHECK(o.ep_rank >= 0 && o.ep_rank < o.ep, StatusCode::kInvalidArgument,
+               "--ep-rank {}: must be in [0, --ep {})", o.ep_rank, o.ep);
+  const bool has_shared = cfg.n_shared_experts > 0 && cfg.shared_inter > 0;
+  b.count = cfg.num_experts;
+  b.shard = "whole layer";
+  if (o.tp > 1) {
+    cfg.inter /= o.tp;
+    cfg.shared_inter /= o.tp;
+    cfg.name += fmt::format("-tp{}", o.tp);
+    b.shard = fmt::format("TP{} shard: I / {} = {} per expert{} on one GPU", o.tp, o.tp, cfg.inter,
+                          has_shared ? fmt::format(", shared expert I / {} = {}", o.tp, cfg.shared_inter) : "");
+  }
+  if (o.ep > 1) {
+    b.count = cfg.num_experts / o.ep;
+    b.first = o.ep_rank * b.count;
+    b.shared = o.ep_rank == 0;
+    cfg.name += o.ep_rank == 0 ? fmt::format("-ep{}", o.ep) : fmt::format("-ep{}r{}", o.ep, o.ep_rank);
+    b.shard = fmt::format("EP{} shard, rank {}: routed experts [{}, {}) of {}{}; routing over all {}, pairs of other "
+                          "ranks' experts dropped",
+                          o.ep, o.ep_rank, b.first, b.first + b.count, cfg.num_experts,
+                          has_shared ? (b.shared ? " + the shared expert" : ", no shared expert (rank 0 runs it)") : "",
+                          cfg.num_experts);
+  }
+  b.shared = b.shared && has_shared;
+  b.cfg = cfg;
+  return b;
 }
 
 #ifdef FP4MOE_HAVE_CUDA
@@ -111,20 +167,14 @@ double measure_copy_tbs(cudaStream_t s) {
 }
 
 struct Row {
-  int64_t tokens = 0, touched = 0;
+  int64_t tokens = 0, touched = 0, pairs = 0;
   double ms = 0, bytes = 0, flops = 0, tbs = 0, tflops = 0, floor_ms = 0, pct = 0;
   std::string fc1, fc2;
 };
 
 int bench_command(const BenchOptions& o) {
-  MoeConfig cfg = o.config_path.empty() ? moe_preset(o.preset) : read_hf_config(o.config_path);
-  FP4MOE_CHECK(o.tp >= 1 && cfg.inter % (16 * o.tp) == 0, StatusCode::kInvalidArgument,
-               "--tp {}: moe_intermediate_size {} must split into multiples of 16", o.tp, cfg.inter);
-  if (o.tp > 1) {
-    cfg.inter /= o.tp;
-    cfg.shared_inter /= o.tp;
-    cfg.name += fmt::format("-tp{}", o.tp);
-  }
+  const BenchShape shape = bench_shape(o);
+  const MoeConfig& cfg = shape.cfg;
   const std::vector<int64_t> tokens = parse_tokens(o.tokens);
   std::string why;
   if (!cuda_backend_available(&why)) throw Error(StatusCode::kUnsupported, "no usable GPU: " + why);
@@ -135,6 +185,8 @@ int bench_command(const BenchOptions& o) {
   eo.device = o.device;
   eo.max_tokens = max_t;
   eo.fc1_tactic = eo.fc2_tactic = o.tactic;
+  eo.ep_size = o.ep;
+  eo.ep_rank = o.ep_rank;
   if (!o.family.empty()) {
     bool known = false;
     for (const TacticDesc& d : all_tactic_descs()) {
@@ -178,7 +230,15 @@ int bench_command(const BenchOptions& o) {
     std::vector<float> w(static_cast<size_t>(T * K));
     cuda_ok(cudaMemcpy(ids.data(), fo.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy ids");
     cuda_ok(cudaMemcpy(w.data(), fo.topk_weights, w.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy weights");
-    const int64_t touched = static_cast<int64_t>(std::set<int32_t>(ids.begin(), ids.end()).size());
+    // The held experts that received a token, and the pairs routed to them (all of them without EP).
+    std::set<int32_t> held;
+    int64_t pairs = 0;
+    for (int32_t e : ids)
+      if (e >= shape.first && e < shape.first + shape.count) {
+        held.insert(e);
+        ++pairs;
+      }
+    const int64_t touched = static_cast<int64_t>(held.size());
 
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -205,9 +265,10 @@ int bench_command(const BenchOptions& o) {
     Row r;
     r.tokens = T;
     r.touched = touched;
+    r.pairs = pairs;
     r.ms = total_ms / o.iters;
     r.bytes = touched * expert_bytes;
-    r.flops = 2.0 * T * K * 3.0 * I * H;
+    r.flops = 2.0 * pairs * 3.0 * I * H;
     r.tbs = r.bytes / (r.ms * 1e-3) / 1e12;
     r.tflops = r.flops / (r.ms * 1e-3) / 1e12;
     r.floor_ms = std::max(r.bytes / (copy_tbs * 1e12), r.flops / (o.matmul_tflops * 1e12)) * 1e3;
@@ -215,7 +276,7 @@ int bench_command(const BenchOptions& o) {
     r.fc1 = engine->fc1_tactic_for(T);
     r.fc2 = engine->fc2_tactic_for(T);
     rows.push_back(r);
-    dump_rows.push_back({{"tokens", T}, {"touched_experts", touched}, {"ms", r.ms}, {"bytes", r.bytes},
+    dump_rows.push_back({{"tokens", T}, {"touched_experts", touched}, {"local_pairs", pairs}, {"ms", r.ms}, {"bytes", r.bytes},
                          {"flops", r.flops}, {"fc1", r.fc1}, {"fc2", r.fc2}});
     if (!o.dump_dir.empty()) {
       std::ofstream fi(fmt::format("{}/routing_T{}_ids.bin", o.dump_dir, T), std::ios::binary);
@@ -228,11 +289,11 @@ int bench_command(const BenchOptions& o) {
   }
   cudaStreamDestroy(s);
 
-  fmt::print("\n{:>6} {:>8} {:>11} {:>9} {:>9} {:>10} {:>8}  {}\n", "T", "experts", "time (us)", "TB/s", "TFLOP/s",
-             "floor (us)", "% floor", "tactics (fc1 / fc2)");
+  fmt::print("\n{}\n{:>6} {:>8} {:>7} {:>11} {:>9} {:>9} {:>10} {:>8}  {}\n", shape.shard, "T", "experts", "pairs",
+             "time (us)", "TB/s", "TFLOP/s", "floor (us)", "% floor", "tactics (fc1 / fc2)");
   for (const Row& r : rows)
-    fmt::print("{:>6} {:>8} {:>11.1f} {:>9.2f} {:>9.1f} {:>10.1f} {:>7.1f}%  {} / {}\n", r.tokens, r.touched,
-               r.ms * 1e3, r.tbs, r.tflops, r.floor_ms * 1e3, r.pct, r.fc1, r.fc2);
+    fmt::print("{:>6} {:>8} {:>7} {:>11.1f} {:>9.2f} {:>9.1f} {:>10.1f} {:>7.1f}%  {} / {}\n", r.tokens, r.touched,
+               r.pairs, r.ms * 1e3, r.tbs, r.tflops, r.floor_ms * 1e3, r.pct, r.fc1, r.fc2);
   if (!o.dump_dir.empty()) {
     nlohmann::json j;
     j["device"] = caps.name;
@@ -241,6 +302,13 @@ int bench_command(const BenchOptions& o) {
                    {"inter", I},                 {"experts", E},
                    {"topk", K},                  {"shared_inter", cfg.n_shared_experts > 0 ? cfg.shared_inter : 0},
                    {"routing", routing_kind_name(cfg.routing)}};
+    j["shard"] = {{"text", shape.shard},
+                  {"tp", o.tp},
+                  {"ep_size", o.ep},
+                  {"ep_rank", o.ep_rank},
+                  {"expert_first", shape.first},
+                  {"local_experts", shape.count},
+                  {"shared_expert", shape.shared}};
     j["family"] = o.family.empty() ? std::string("any") : o.family;
     j["copy_tbs"] = copy_tbs;
     j["matmul_tflops_given"] = o.matmul_tflops;
@@ -258,7 +326,8 @@ int bench_command(const BenchOptions& o) {
 #else
 
 int bench_command(const BenchOptions& o) {
-  (void)parse_tokens(o.tokens);  // report a malformed --tokens before the missing backend
+  (void)parse_tokens(o.tokens);  // report a malformed --tokens or shard before the missing backend
+  (void)bench_shape(o);
   throw Error(StatusCode::kUnsupported, "this build has no CUDA backend; `fp4moe bench` needs a GPU");
 }
 
@@ -276,6 +345,14 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--seed", o->seed, "seed of the synthetic weights and inputs")->capture_default_str();
   sub.add_option("--tp", o->tp, "tensor-parallel shard: benchmark one GPU's I / tp slice")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  sub.add_option("--ep", o->ep,
+                 "expert-parallel shard: benchmark one GPU's E / ep experts (rank --ep-rank; global routing, other "
+                 "ranks' pairs dropped; the shared expert on rank 0); not with --tp")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  sub.add_option("--ep-rank", o->ep_rank, "which expert-parallel rank --ep runs")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub.add_option("--matmul-tflops", o->matmul_tflops, "bf16 dense matmul ceiling for the floor (TFLOP/s)")
       ->check(CLI::PositiveNumber)

@@ -105,8 +105,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
     const int64_t max_items = (p.total_rows / BN + p.num_experts) * mtiles;
     const unsigned grid =
         static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(int64_t(sm_count_) * CTAS, max_items)));
-    fn<<<grid, kThreads, Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(prm);
-    return cuda_status(cudaGetLastError(), "kernel launch", desc_.name);
+    return cuda_status(launch_pdl(fn, dim3(grid), dim3(kThreads), Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream), prm),
+                       "kernel launch", desc_.name);
   }
 
  private:

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "common/pdl_launch.h"
 #include "kernels/sm90_wgmma/sm90_consumer.cuh"
 #include "kernels/sm90_wgmma/sm90_epilogue.cuh"
 #include "kernels/sm90_wgmma/sm90_producer.cuh"
@@ -65,6 +66,9 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     }
     fence_barrier_init();
   }
+  // Launched with programmatic dependent launch (common/pdl_launch.h): everything above overlaps the
+  // previous kernel's tail; nothing global is touched before this wait.
+  pdl_wait();
   if (warp == 1) build_work_table<Cfg::kBN>(p.expert_offsets, p.num_experts, mtiles, s_prefix, s_offsets, lane);
   __syncthreads();
 

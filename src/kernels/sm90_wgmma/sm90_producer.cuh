@@ -7,8 +7,9 @@
 //            evict-first: each weight byte is used once per token tile.
 //   lanes    16-byte cp.async of the token rows, chunk i = lane + 32j: row i / (BK/8), 16-byte column
 //            i % (BK/8) (fixed per lane); row r reads x[a_row_index[r]] (FC1 gather) or x[r], looked up
-//            once per item into a BN-entry table in shared memory; stored swizzled (chunk
-//            c of a 128-byte row at c ^ (row % 8)). Past K the copy zero-fills; rows past the expert's
+//            once per item into a BN-entry table in shared memory and read from it in batches of 4 or 8
+//            before the batch's copies are issued; stored swizzled (chunk c of a 128-byte row at
+//            c ^ (row % 8)). Past K the copy zero-fills; rows past the expert's
 //            end are not copied (their accumulator columns are never stored).
 //   all      cp.async.mbarrier.arrive.noinc(full): the full barrier expects 1 + 32 arrivals and the
 //            transaction bytes, so it completes when both the TMA bytes and every lane's copies landed.
@@ -35,6 +36,12 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
   static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");
   // Lane-constant part of the token copies: column chunk c of every row it copies.
   const int c = lane % kRowChunks, sub = c / 8, row0 = lane / kRowChunks;
+  constexpr int kCopies = Cfg::kTokenChunks / 32;  // 16-byte copies per lane and stage
+  constexpr int kRowStep = 32 / kRowChunks;       // rows between a lane's consecutive copies
+  // Batches of 16 source-row lookups for k64 stages, 4 for k128/k256 (see the copy loop).
+  constexpr int kMaxBatch = Cfg::kBK == 64 ? 16 : 4;
+  constexpr int kBatch = kCopies < kMaxBatch ? kCopies : kMaxBatch;
+  static_assert(kCopies % kBatch == 0, "the token copies split into whole batches");
   const uint32_t col_off = sub * Cfg::kTokenSubTileBytes;
   int stage = 0;
   uint32_t phase = 0;
@@ -66,13 +73,23 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
       const int k = chunk0 * kPackK + c * 8;
       const uint32_t src_bytes = k < p.k ? 16u : 0u;
       const uint16_t* a_col = p.a + (k < p.k ? k : 0);
-#pragma unroll 8
-      for (int j = 0; j < Cfg::kTokenChunks / 32; ++j) {
-        const int row = row0 + j * (32 / kRowChunks);
-        const int src_row = s_rows[row];
-        if (src_row >= 0)
-          cp_async_16(tok_base + row * 128 + (((c % 8) ^ (row % 8)) << 4), a_col + static_cast<int64_t>(src_row) * p.a_ld,
-                      src_bytes);
+      // The source rows of a batch are read from the table before any of its copies is issued: each
+      // cp.async is a memory-clobbering asm, so a lookup placed after one waits for it, and under the
+      // consumers' wgmmas a shared-memory load takes hundreds of cycles (one lookup per copy made the
+      // producer a bottleneck, docs/perf.md step 9). The batch loop is not unrolled (fully unrolled, an
+      // m128n64k128 tile, since dropped, spilled in the producer's 56 registers).
+#pragma unroll 1
+      for (int j0 = 0; j0 < kCopies; j0 += kBatch) {
+        int src_row[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) src_row[j] = s_rows[row0 + (j0 + j) * kRowStep];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int row = row0 + (j0 + j) * kRowStep;
+          if (src_row[j] >= 0)
+            cp_async_16(tok_base + row * 128 + (((c % 8) ^ (row % 8)) << 4),
+                        a_col + static_cast<int64_t>(src_row[j]) * p.a_ld, src_bytes);
+        }
       }
       cp_async_arrive_noinc(&full[stage]);
       if (++stage == Cfg::kStages) {
