@@ -9,10 +9,12 @@
 // affects scheduling only, never visibility. On devices before sm_90 both are no-ops and the launch
 // attribute is left off, so the launch is an ordinary stream-ordered one. Inside a CUDA graph capture the
 // attribute becomes a programmatic edge of the graph.
-// FP4MOE_NO_PDL=1 turns the attribute off everywhere (for A/B timing and debugging).
-// The engine's kernels do not trigger early: with the shared expert on a side stream, an early trigger
-// let the next GEMM's CTAs take every SM while they waited, which starved the side stream (measured on
-// the H200: the T = 8 forward went from 489 to 507 us); they trigger implicitly when they exit.
+// Off by default; FP4MOE_PDL=1 turns the attribute on. Measured on the H200 it made no difference to
+// the CUDA-graph forward (within 1%, docs/perf.md step 6), and with the TMA token loads of the sm90
+// family compute-sanitizer racecheck did not finish the engine forward with it on (it passes with it
+// off), so the default is the configuration the sanitizers check. The kernels call pdl_wait() either
+// way (a no-op without the attribute) and trigger only at exit: with early triggers the next GEMM's
+// CTAs took SM slots the shared expert's side stream needed (T = 8 forward 489 -> 507 us).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -33,14 +35,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Whether launches on the current device get the programmatic-serialization attribute (sm_90 and newer,
-// and not disabled by FP4MOE_NO_PDL=1). Cached per device ordinal.
+// Whether launches on the current device get the programmatic-serialization attribute (FP4MOE_PDL=1
+// and sm_90 or newer). Cached per device ordinal.
 inline bool pdl_enabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("FP4MOE_NO_PDL");
+  static const bool requested = [] {
+    const char* v = std::getenv("FP4MOE_PDL");
     return v != nullptr && v[0] == '1';
   }();
-  if (disabled) return false;
+  if (!requested) return false;
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 yes, 2 no (zero-initialised: static storage)
   int dev = 0;

@@ -5,6 +5,8 @@
 // hand-placed FP4 bit layout, plus mbarriers and bulk copies. That is ~100 lines of PTX wrappers
 // (sm90_ptx.cuh); CuTe would add a large dependency this project does not vendor, and its layout algebra
 // would still have to be bent around the custom A-fragment packing.
+#include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (the driver entry point is looked up at run time)
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -25,6 +27,44 @@ namespace {
 Status cuda_status(cudaError_t err, const char* what, const std::string& tactic) {
   if (err == cudaSuccess) return Status::ok();
   return Status(StatusCode::kCudaError, fmt::format("{}: {} failed: {}", tactic, what, cudaGetErrorString(err)));
+}
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no link against libcuda).
+Status tensor_map_encoder(PFN_cuTensorMapEncodeTiled_v12000* out) {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    return e == cudaSuccess && fn == nullptr ? cudaErrorSymbolNotFound : e;
+  }();
+  if (err != cudaSuccess)
+    return Status(StatusCode::kCudaError,
+                  fmt::format("cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled) failed: {}", cudaGetErrorString(err)));
+  *out = fn;
+  return Status::ok();
+}
+
+// The token tensor map of contiguous rows: a [rows, k] bf16, row stride a_ld elements; box 64 x box_rows,
+// 128-byte swizzle (the layout the consumers' B descriptors read), out-of-bounds elements zero.
+Status encode_token_map(const uint16_t* a, int64_t rows, int64_t k, int64_t a_ld, int box_rows, CUtensorMap* map,
+                        const std::string& tactic) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  Status st = tensor_map_encoder(&encode);
+  if (!st) return st;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a_ld) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(a), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status(StatusCode::kCudaError, fmt::format("{}: cuTensorMapEncodeTiled for the token rows ({} x {}, ld {}) "
+                                                      "failed with CUresult {}",
+                                                      tactic, rows, k, a_ld, static_cast<int>(r)));
+  return Status::ok();
 }
 
 template <int BM, int BN, int BK, int STAGES, int CTAS>
@@ -99,6 +139,11 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm.k = static_cast<int>(p.k);
     prm.tiles64 = static_cast<int>(g.tiles);
     prm.kchunks = static_cast<int>(g.kchunks);
+    if (args.a_row_index == nullptr) {  // contiguous rows: the producer loads tokens with TMA
+      Status st = encode_token_map(args.a, p.total_rows, p.k, args.a_ld, BN, &prm.tok_map, desc_.name);
+      if (!st) return st;
+      prm.tok_tma = 1;
+    }
     auto* fn = p.op == GemmOp::kFc1SwiGlu ? kernel_fc1() : kernel_fc2();
     // Upper bound on work items: every expert may add a partial token tile.
     const int64_t mtiles = (g.tiles + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;

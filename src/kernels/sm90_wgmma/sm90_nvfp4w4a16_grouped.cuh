@@ -15,6 +15,7 @@
 // expects 8 arrivals (one per consumer warp).
 // Packed weight and scale layout: sm90_layout.h (kSm90Interleaved).
 #pragma once
+#include <cuda.h>  // CUtensorMap (a type only; nothing from the driver library is linked)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -30,6 +31,11 @@ namespace fp4moe {
 namespace sm90 {
 
 struct Params {
+  // Contiguous token rows (a_row_index null, FC2): a 2D tensor map over a [total_rows, k] bf16 with a
+  // box of 64 k x BN rows and the 128-byte swizzle, so the producer loads a token sub-tile with one TMA
+  // copy instead of BN*8 16-byte cp.async copies. tok_tma = 0: the cp.async path (gathered rows, FC1).
+  CUtensorMap tok_map;
+  int tok_tma = 0;
   const int32_t* expert_offsets = nullptr;  // [E + 1] device, rows grouped by expert
   const uint16_t* a = nullptr;              // bf16 activations, row stride a_ld elements
   const int32_t* a_row_index = nullptr;     // [total_rows] or null: problem row r reads a[a_row_index[r]]
@@ -66,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     }
     fence_barrier_init();
   }
-  // Launched with programmatic dependent launch (common/pdl_launch.h): everything above overlaps the
+  // With programmatic dependent launch (common/pdl_launch.h, FP4MOE_PDL=1) everything above overlaps the
   // previous kernel's tail; nothing global is touched before this wait.
   pdl_wait();
   if (warp == 1) build_work_table<Cfg::kBN>(p.expert_offsets, p.num_experts, mtiles, s_prefix, s_offsets, lane);

@@ -13,9 +13,10 @@
 //            end are not copied (their accumulator columns are never stored).
 //   all      cp.async.mbarrier.arrive.noinc(full): the full barrier expects 1 + 32 arrivals and the
 //            transaction bytes, so it completes when both the TMA bytes and every lane's copies landed.
-// Why not a TMA tensor map for the tokens: FC1 gathers rows (Hopper TMA has no gather), and the per-
-// lane copies cost ~BN*BK/256 instructions a stage, far below the consumers' work; the weights, which
-// are the bytes that matter, go through the TMA engine in bulk.
+// Contiguous token rows (FC2, Params::tok_tma) come through a TMA tensor map instead: lane 0 issues one
+// 2D copy per 64-wide k sub-tile (box 64 x BN, 128-byte swizzle, rows past the tensor zero-filled) and
+// adds its bytes to the expect_tx; the lanes then only arrive. FC1 gathers rows (Hopper TMA has no
+// gather) and keeps the cp.async path, which measured 36% of the prefill time (docs/perf.md step 13).
 #pragma once
 #include <cstdint>
 
@@ -63,11 +64,16 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
       uint8_t* st = smem + stage * Cfg::kStageBytes;
       if (lane == 0) {
         constexpr uint32_t tile_bytes = Cfg::kWeightTileBytes;
-        mbar_arrive_expect_tx(&full[stage], tile_bytes * ntiles);
+        mbar_arrive_expect_tx(&full[stage], tile_bytes * ntiles + (p.tok_tma ? Cfg::kTokenBytes : 0));
         for (int t = 0; t < ntiles; ++t)
           bulk_copy_g2s(st + Cfg::kTokenBytes + t * Cfg::kWeightTileBytes,
                         wsrc + (static_cast<int64_t>(t) * p.kchunks + chunk0) * kPackBlockBytes, tile_bytes,
                         &full[stage], policy);
+        if (p.tok_tma)
+#pragma unroll
+          for (int sb = 0; sb < Cfg::kChunksPerStage; ++sb)
+            tma_load_2d(st + sb * Cfg::kTokenSubTileBytes, &p.tok_map, chunk0 * kPackK + sb * 64, it.row_begin,
+                        &full[stage]);
       }
       const uint32_t tok_base = smem_addr(st) + col_off;
       const int k = chunk0 * kPackK + c * 8;
@@ -79,7 +85,7 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
       // producer a bottleneck, docs/perf.md step 9). The batch loop is not unrolled (fully unrolled, an
       // m128n64k128 tile, since dropped, spilled in the producer's 56 registers).
 #pragma unroll 1
-      for (int j0 = 0; j0 < kCopies; j0 += kBatch) {
+      for (int j0 = 0; j0 < (p.tok_tma ? 0 : kCopies); j0 += kBatch) {
         int src_row[kBatch];
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) src_row[j] = s_rows[row0 + (j0 + j) * kRowStep];
