@@ -29,12 +29,7 @@ namespace {
 
 MoeConfig sigmoid_config(const char* name, int64_t H, int64_t I, int64_t E, int64_t topk, int64_t groups,
                          int64_t keep, int64_t shared) {
-  MoeConfig c;
-  c.name = name;
-  c.hidden = H;
-  c.inter = I;
-  c.num_experts = E;
-  c.topk = topk;
+  MoeConfig c = small_config(name, H, I, E, topk);
   c.routing = RoutingKind::kSigmoidGrouped;
   c.n_group = groups;
   c.topk_group = keep;

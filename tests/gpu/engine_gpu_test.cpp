@@ -24,25 +24,15 @@ struct LayerCase {
   bool logits_from_router = false;
 };
 
-MoeConfig base(const char* name, int64_t H, int64_t I, int64_t E, int64_t topk) {
-  MoeConfig c;
-  c.name = name;
-  c.hidden = H;
-  c.inter = I;
-  c.num_experts = E;
-  c.topk = topk;
-  return c;
-}
-
 std::vector<LayerCase> layer_cases() {
   std::vector<LayerCase> v;
   {
-    LayerCase c{"softmax", base("softmax", 64, 48, 4, 2), {0, 1, 5, 37}};
+    LayerCase c{"softmax", small_config("softmax", 64, 48, 4, 2), {0, 1, 5, 37}};
     c.cfg.norm_topk_prob = true;
     v.push_back(c);
   }
   {
-    LayerCase c{"sigmoid-grouped-shared", base("sigmoid-shared", 80, 48, 8, 3), {1, 6, 33}};
+    LayerCase c{"sigmoid-grouped-shared", small_config("sigmoid-shared", 80, 48, 8, 3), {1, 6, 33}};
     c.cfg.routing = RoutingKind::kSigmoidGrouped;
     c.cfg.n_group = 4;
     c.cfg.topk_group = 2;
@@ -54,16 +44,16 @@ std::vector<LayerCase> layer_cases() {
     v.push_back(c);
   }
   {
-    LayerCase c{"single-expert-top1", base("e1", 48, 16, 1, 1), {0, 1, 9}};
+    LayerCase c{"single-expert-top1", small_config("e1", 48, 16, 1, 1), {0, 1, 9}};
     v.push_back(c);
   }
   {
-    LayerCase c{"sparse-top1", base("sparse", 96, 80, 16, 1), {3, 20}};
+    LayerCase c{"sparse-top1", small_config("sparse", 96, 80, 16, 1), {3, 20}};
     c.cfg.routing = RoutingKind::kSigmoidGrouped;
     v.push_back(c);
   }
   {
-    LayerCase c{"bf16-shared", base("bf16-shared", 64, 32, 4, 2), {1, 17}};
+    LayerCase c{"bf16-shared", small_config("bf16-shared", 64, 32, 4, 2), {1, 17}};
     c.cfg.routing = RoutingKind::kSigmoidGrouped;
     c.cfg.n_group = 2;
     c.cfg.topk_group = 1;
@@ -73,7 +63,7 @@ std::vector<LayerCase> layer_cases() {
     v.push_back(c);
   }
   {
-    LayerCase c{"router-weight", base("router", 64, 48, 4, 2), {7}};
+    LayerCase c{"router-weight", small_config("router", 64, 48, 4, 2), {7}};
     c.logits_from_router = true;
     v.push_back(c);
   }

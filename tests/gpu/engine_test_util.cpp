@@ -12,6 +12,17 @@
 
 namespace fp4moe::test {
 
+MoeConfig small_config(const char* name, int64_t hidden, int64_t inter, int64_t experts, int64_t topk) {
+  MoeConfig c;
+  c.name = name;
+  c.hidden = hidden;
+  c.inter = inter;
+  c.num_experts = experts;
+  c.topk = topk;
+  return c;
+}
+
+
 LayerRun compare_forward(MoeEngine& engine, const MoeLayerWeights& ref, int64_t T, const std::vector<uint16_t>& x,
                          const std::vector<float>* logits, const std::vector<int64_t>& subset) {
   LayerRun r;

@@ -11,6 +11,9 @@
 
 namespace fp4moe::test {
 
+// A small layer config: softmax top-k routing, no shared expert; callers adjust the rest.
+MoeConfig small_config(const char* name, int64_t hidden, int64_t inter, int64_t experts, int64_t topk);
+
 struct LayerRun {
   double rel_l2 = INFINITY;     // over the compared tokens
   int64_t id_mismatches = -1;   // routed expert ids that differ from the reference's
