@@ -45,7 +45,8 @@ struct GroupedGemmArgs {
   const void* weights = nullptr;            // device, in the layout of the tactic's family (see weight_layout)
   const float* tensor_scales = nullptr;     // device: FC1 [E, 2] (gate, up), FC2 [E]
   uint16_t* out = nullptr;                  // device bf16 [total_rows, n]; rows past offsets[E] untouched
-  void* workspace = nullptr;                // device, workspace_bytes(problem) bytes
+  void* workspace = nullptr;                // device, workspace_bytes(problem) bytes, zeroed before the
+                                            // first run; every run leaves it zero again
 };
 
 // Device weight layouts. kCanonical: per expert, codes [N, K/2] uint8 then block scales [N, K/16] e4m3,

@@ -185,9 +185,15 @@ class CudaMoeEngine final : public MoeEngine {
       FP4MOE_CUDA_THROW(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
       FP4MOE_CUDA_THROW(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
     }
+    // FP4MOE_FC1_GATHER=index: FC1 reads its token rows through the row index instead of the gathered
+    // copy (routed()).
+    const char* gather = std::getenv("FP4MOE_FC1_GATHER");
+    if (gather && std::string(gather) == "index") fc1_gather_ = Fc1Gather::kIndex;
     plan_ = plan_workspace(ws);
     workspace_ = DeviceBuffer(plan_.total, "engine workspace");
     ptrs_ = bind_workspace(plan_, workspace_.get());
+    // The tactics' scratch starts zeroed (the sm90 work counters; GroupedGemmArgs::workspace).
+    FP4MOE_CUDA_THROW(cudaMemset(ptrs_.tactic, 0, plan_.total - plan_.tactic));  // both regions, the last ones
     FP4MOE_CUDA_THROW(cudaDeviceSynchronize());  // weights ready before any forward on any stream
   }
 
@@ -280,13 +286,25 @@ class CudaMoeEngine final : public MoeEngine {
     st = launch_permute(ids, T, K, permute_experts(), pb, stream);
     if (!st.is_ok()) return st;
 
-    // Routed experts.
+    // Routed experts. FC1 reads token gather[r] for grouped row r from a copy of the rows in grouped order
+    // (in y, which FC2 overwrites later; with expert parallelism only the kept rows), so the kernel loads
+    // contiguous rows (the sm90 family by TMA) instead of one 16-byte cp.async per row and k64 block.
+    // The copy costs one write and one read of the kept rows (2.7 us at T = 1, 377 us at T = 8192 on the
+    // H200) and measured faster at every T (docs/perf.md, sm90 step 15). FP4MOE_FC1_GATHER=index keeps
+    // the row index (the comparison in the same run); H not a multiple of 8 does too.
+    const bool copy_rows = H % 8 == 0 && fc1_gather_ == Fc1Gather::kCopy;
     GroupedGemmArgs a1;
     a1.problem = sized(w_.fc1.shape, T * K, T);
     a1.expert_offsets = ptrs_.offsets;
     a1.a = x;
     a1.a_row_index = ptrs_.gather;
     a1.a_ld = H;
+    if (copy_rows) {
+      if ((st = launch_gather_rows(x, H, ptrs_.gather, T * K, kept_rows(), H, ptrs_.y, stream)), !st.is_ok())
+        return st;
+      a1.a = ptrs_.y;
+      a1.a_row_index = nullptr;
+    }
     a1.weights = w_.fc1.weights(bt.fc1->desc().layout);
     a1.tensor_scales = w_.fc1.tensor_scales.as<float>();
     a1.out = ptrs_.h1;
@@ -378,6 +396,8 @@ class CudaMoeEngine final : public MoeEngine {
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   bool serial_ = false;  // FP4MOE_SERIAL_STREAM: everything on the caller's stream
+  enum class Fc1Gather { kCopy, kIndex };
+  Fc1Gather fc1_gather_ = Fc1Gather::kCopy;  // FP4MOE_FC1_GATHER
 };
 
 Status create_engine(const MoeConfig& cfg, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out,

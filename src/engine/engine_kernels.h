@@ -43,6 +43,11 @@ Status prepare_permute_kernels(int64_t experts);  // once at engine creation
 Status launch_write_offsets(int32_t* dst, int64_t tokens, Stream stream);
 Status launch_permute(const int32_t* ids, int64_t tokens, int64_t topk, int64_t experts, const PermuteBuffers& b,
                       Stream stream);
+// out[r, :] = x[gather[r], :] for r < rows, and r < *row_limit when row_limit (device int) is given
+// (cols bf16 per row; cols and ld multiples of 8, x and out 16-byte aligned, else kInvalidArgument):
+// FC1's token rows in grouped order, read without a row index.
+Status launch_gather_rows(const uint16_t* x, int64_t ld, const int32_t* gather, int64_t rows,
+                          const int32_t* row_limit, int64_t cols, uint16_t* out, Stream stream);
 
 // --- finalize (finalize.cu) -------------------------------------------------------------------------
 // out[t] = bf16( sum_k w[t,k] * y[pair_pos[t*topk+k]] (+ y_shared[t]) ), fp32, k in order then shared (R5).

@@ -1,8 +1,8 @@
 // Finalize: the top-k weighted combine of the FC2 rows (+ the shared expert) into bf16 `out` (R5).
 //
 // Grid (T, ceil(H / 8 / 256)); each thread owns 8 consecutive hidden columns of one token and reads
-// them with 16-byte loads from each of the token's topk grouped rows (pair_pos), accumulating in fp32
-// in rank order, then adds the shared expert's row. Multiplies and adds are separately rounded
+// them with 16-byte loads from each of the token's topk grouped rows (pair_pos; for topk <= 16 all loads
+// are issued before the first add), accumulating in fp32 in rank order, then adds the shared expert's row. Multiplies and adds are separately rounded
 // (__fmul_rn / __fadd_rn), the reference's exact operation order, so the combine adds no error of its own.
 // Expert-parallel partials (kept_rows non-null): a pair whose grouped row is >= *kept_rows went to
 // another rank's expert (the permutation's dropped bucket, whose rows FC2 never wrote) and is skipped;
@@ -31,6 +31,10 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
+// kBatch > 0: topk <= kBatch, and every row index, weight and 16-byte row load of the token is issued
+// before the first add (decode: one token's 8 rows are 8 independent loads instead of a chain of 8
+// index-then-row round trips); kBatch = 0: any topk, one pair at a time. Same adds in the same order.
+template <int kBatch>
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_pos,
                     const float* __restrict__ weights, const int32_t* __restrict__ kept_rows,
@@ -40,16 +44,34 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   if (c8 * 8 >= hidden) return;
   const int kept = kept_rows ? *kept_rows : INT_MAX;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  for (int k = 0; k < topk; ++k) {
-    const int64_t pair = static_cast<int64_t>(t) * topk + k;
-    const int row = pair_pos[pair];
-    if (row >= kept) continue;  // another rank's expert
-    const float w = weights[pair];
-    const uint4 v = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(row) * hidden + c8 * 8);
+  auto add_row = [&](const uint4& v, float w) {
     float f[8];
     unpack8(v, f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, f[i]));
+  };
+  const int64_t pair0 = static_cast<int64_t>(t) * topk;
+  if constexpr (kBatch > 0) {
+    int row[kBatch];
+    float w[kBatch];
+    uint4 v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      row[k] = k < topk ? pair_pos[pair0 + k] : INT_MAX;
+      w[k] = k < topk ? weights[pair0 + k] : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k)
+      if (row[k] < kept) v[k] = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(row[k]) * hidden + c8 * 8);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k)
+      if (row[k] < kept) add_row(v[k], w[k]);  // a pair of another rank's expert (or past topk) is skipped
+  } else {
+    for (int k = 0; k < topk; ++k) {
+      const int row = pair_pos[pair0 + k];
+      if (row >= kept) continue;  // another rank's expert
+      add_row(*reinterpret_cast<const uint4*>(y + static_cast<int64_t>(row) * hidden + c8 * 8), weights[pair0 + k]);
+    }
   }
   if (y_shared) {
     const uint4 v = *reinterpret_cast<const uint4*>(y_shared + static_cast<int64_t>(t) * hidden + c8 * 8);
@@ -80,8 +102,9 @@ Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const
     return Status(StatusCode::kInvalidArgument, fmt::format("finalize: hidden = {} is not a multiple of 8", hidden));
   const int64_t groups = hidden / 8;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((groups + kFinalizeThreads - 1) / kFinalizeThreads));
-  finalize_kernel<<<grid, kFinalizeThreads, 0, stream>>>(y, pair_pos, weights, kept_rows, y_shared,
-                                                         static_cast<int>(topk), static_cast<int>(hidden), out);
+  auto kernel = topk <= 8 ? finalize_kernel<8> : (topk <= 16 ? finalize_kernel<16> : finalize_kernel<0>);
+  kernel<<<grid, kFinalizeThreads, 0, stream>>>(y, pair_pos, weights, kept_rows, y_shared, static_cast<int>(topk),
+                                                static_cast<int>(hidden), out);
   return cuda_launch_status("finalize_kernel launch", __FILE__, __LINE__);
 }
 

@@ -15,7 +15,12 @@
 // place of kernel boundaries, so the permutation is one launch (three launches cost ~10 us of the T = 1
 // forward on the H200). Warp w owns the contiguous pair range [w*C, (w+1)*C), C = ceil(P / 32) rounded
 // up to 32, so warp order is pair order and the grouping is the same stable one.
+// 4. gather_rows_kernel (launch_gather_rows): the token rows copied in grouped order for FC1 (engine.cpp).
 #include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
 
 #include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
@@ -236,6 +241,33 @@ Status launch_permute(const int32_t* ids, int64_t tokens, int64_t topk, int64_t 
     FP4MOE_CUDA_RETURN(cudaGetLastError());
   }
   return Status::ok();
+}
+
+// out[r] = x[gather[r]] for r < rows, 16 bytes per thread and step: the gathered copy of the token rows
+// that lets FC1 read them contiguously (engine.cpp decides when).
+__global__ void gather_rows_kernel(const uint4* __restrict__ x, int64_t ld_vecs, const int32_t* __restrict__ gather,
+                                   int rows, const int32_t* __restrict__ row_limit, int vecs,
+                                   uint4* __restrict__ out) {
+  if (row_limit) rows = min(rows, *row_limit);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint4* src = x + static_cast<int64_t>(gather[r]) * ld_vecs;
+    uint4* dst = out + static_cast<int64_t>(r) * vecs;
+    for (int v = threadIdx.x; v < vecs; v += blockDim.x) dst[v] = __ldg(src + v);
+  }
+}
+
+Status launch_gather_rows(const uint16_t* x, int64_t ld, const int32_t* gather, int64_t rows,
+                          const int32_t* row_limit, int64_t cols, uint16_t* out, Stream stream) {
+  if (cols % 8 != 0 || ld % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 16 != 0)
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("gather_rows: rows of {} bf16 (leading dimension {}) are not 16-byte vectors", cols, ld));
+  if (rows <= 0) return Status::ok();
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 2048));
+  gather_rows_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const uint4*>(x), ld / 8, gather,
+                                                 static_cast<int>(rows), row_limit, static_cast<int>(cols / 8),
+                                                 reinterpret_cast<uint4*>(out));
+  return cuda_launch_status("gather_rows_kernel launch", __FILE__, __LINE__);
 }
 
 }  // namespace fp4moe::engine

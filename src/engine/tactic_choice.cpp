@@ -65,7 +65,34 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   if (!best)
     for (const TacticDesc* d : pool)  // else the largest tile
       if (!best || d->tile_n > best->tile_n) best = d;
-  return best;
+  // Among the tiles of that token width, the first in registration order whose k per stage leaves the
+  // reduction at least kMinStages pipeline stages; with none, the one with the most stages. A deep
+  // stage that a short reduction fills once or twice leaves the pipeline empty at every work item (the
+  // TP8 shard's FC2, K = 256, measured 20% slower on the k256 decode tile than on the k128 one).
+  // Problems of few work items (active experts x weight-row tiles below kFewItems: one or two items per
+  // CTA, where the first stages' latency is not hidden behind later items) take the deepest such stage
+  // instead: the GLM-5 forward at T = 1 (routed FC1 256 items, FC2 384, the shared expert's 32 and 48)
+  // measured 86 us with every GEMM on the one-CTA k256 tile against 93.5 us on the two-CTA k128 one
+  // (docs/perf.md, sm90 step 17).
+  constexpr int64_t kMinStages = 4, kFewItems = 512;
+  const int64_t weight_rows = p.op == GemmOp::kFc1SwiGlu ? 2 * p.n : p.n;
+  const int64_t items = std::min(p.num_experts, std::max<int64_t>(p.total_rows, 1)) *
+                        ((weight_rows + std::max(best->tile_m, 1) - 1) / std::max(best->tile_m, 1));
+  const bool sparse = items < kFewItems;
+  auto stages = [&](const TacticDesc* d) { return d->tile_k > 0 ? p.k / d->tile_k : 0; };
+  const TacticDesc* first_ok = nullptr;
+  const TacticDesc* deepest_ok = nullptr;
+  const TacticDesc* most_stages = nullptr;
+  for (const TacticDesc* d : pool) {
+    if (d->tile_n != best->tile_n) continue;
+    if (stages(d) >= kMinStages) {
+      if (!first_ok) first_ok = d;
+      if (!deepest_ok || d->tile_k > deepest_ok->tile_k) deepest_ok = d;
+    }
+    if (!most_stages || stages(d) > stages(most_stages)) most_stages = d;
+  }
+  if (first_ok) return sparse ? deepest_ok : first_ok;
+  return most_stages ? most_stages : best;
 }
 
 Status choose_tactic(const GemmProblem& p, const DeviceCaps& caps, const TacticRequest& req, GroupedGemmTactic** out,

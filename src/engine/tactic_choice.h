@@ -24,7 +24,10 @@ Status choose_tactic(const GemmProblem& problem, const DeviceCaps& caps, const T
 
 // The heuristic alone (also used by tools): among usable tactics, prefer a family other than the
 // fallback's when one passes; within the family pick the smallest token tile (tile_n) that covers the
-// expected rows per expert (total_rows / num_experts under uniform routing), else the largest tile.
+// expected rows per expert (total_rows / num_experts under uniform routing), else the largest tile; among
+// the tiles of that width, the first registered whose k per stage leaves the reduction at least 4
+// pipeline stages (for problems of fewer than 512 work items, active experts x weight-row tiles, the
+// deepest such stage), else the one with the most stages.
 const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable, const GemmProblem& problem);
 
 }  // namespace fp4moe::engine

@@ -129,6 +129,8 @@ class CudaTuningBackend final : public TuningBackend {
       out_.ensure(size_t(problem.total_rows) * size_t(problem.n) * 2);
       FP4MOE_CUDA_THROW(cudaMemsetAsync(out_.get(), kPoison, size_t(problem.total_rows) * size_t(problem.n) * 2, stream_));
       workspace_.ensure(t->workspace_bytes(problem));
+      // Zeroed before every run (the sm90 work counters): a tactic that failed mid-run may have left it dirty.
+      FP4MOE_CUDA_THROW(cudaMemsetAsync(workspace_.get(), 0, t->workspace_bytes(problem), stream_));
       GroupedGemmArgs args;
       args.problem = problem;
       args.expert_offsets = offsets_.get<int32_t>();
@@ -308,6 +310,7 @@ class CudaTuningBackend final : public TuningBackend {
     d_out_t.ensure(out_bytes);
     d_out_f.ensure(out_bytes);
     d_ws.ensure(std::max(t->workspace_bytes(p), fb->workspace_bytes(p)));
+    FP4MOE_CUDA_THROW(cudaMemset(d_ws.get(), 0, std::max(t->workspace_bytes(p), fb->workspace_bytes(p))));
     FP4MOE_CUDA_THROW(cudaMemcpy(d_canon.get(), canon.data(), canon.size(), cudaMemcpyHostToDevice));
     FP4MOE_CUDA_THROW(cudaMemcpy(d_ts.get(), ts.data(), n_scales * 4, cudaMemcpyHostToDevice));
     FP4MOE_CUDA_THROW(cudaMemcpy(d_a.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));

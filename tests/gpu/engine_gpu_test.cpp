@@ -129,6 +129,23 @@ TEST(Small, SyntheticDeviceEqualsHost) {
   }
 }
 
+// An engine created with the environment variable `name` set to `value` (restored afterwards).
+Status create_with_env(const char* name, const char* value, const MoeLayerWeights& w, const EngineOptions& eo,
+                       std::unique_ptr<MoeEngine>* out) {
+  const char* prev = std::getenv(name);
+  const std::string saved = prev ? prev : "";
+  setenv(name, value, 1);
+  const Status st = MoeEngine::create(w, eo, out);
+  if (prev) setenv(name, saved.c_str(), 1); else unsetenv(name);
+  return st;
+}
+
+size_t mismatches(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  size_t diff = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) diff += a[i] != b[i];
+  return diff;
+}
+
 TEST(Small, SerialStreamEqualsOverlap) {
   // FP4MOE_SERIAL_STREAM=1 (the shared expert on the caller's stream, used under racecheck) gives the
   // same bytes as the default side-stream overlap.
@@ -138,17 +155,32 @@ TEST(Small, SerialStreamEqualsOverlap) {
   eo.max_tokens = 33;
   std::unique_ptr<MoeEngine> overlap, serial;
   ASSERT_TRUE(MoeEngine::create(w, eo, &overlap).is_ok());
-  const char* prev = std::getenv("FP4MOE_SERIAL_STREAM");
-  const std::string saved = prev ? prev : "";
-  setenv("FP4MOE_SERIAL_STREAM", "1", 1);
-  const Status st = MoeEngine::create(w, eo, &serial);
-  if (prev) setenv("FP4MOE_SERIAL_STREAM", saved.c_str(), 1); else unsetenv("FP4MOE_SERIAL_STREAM");
+  const Status st = create_with_env("FP4MOE_SERIAL_STREAM", "1", w, eo, &serial);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
-  const std::vector<uint16_t> a = forward_once(*overlap, lc.cfg, 33, 41, false);
-  const std::vector<uint16_t> b = forward_once(*serial, lc.cfg, 33, 41, false);
-  size_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff += a[i] != b[i];
-  EXPECT_EQ(diff, 0u);
+  EXPECT_EQ(mismatches(forward_once(*overlap, lc.cfg, 33, 41, false), forward_once(*serial, lc.cfg, 33, 41, false)), 0u);
+}
+
+TEST(Small, GatheredCopyEqualsRowIndex) {
+  // FC1 reading its token rows from the grouped copy (the default: contiguous rows, the sm90 family's TMA
+  // path) gives the same bytes as reading them through the row index (FP4MOE_FC1_GATHER=index), for the
+  // heuristic's tactic and for every tactic forced.
+  const LayerCase lc = layer_cases()[1];
+  const MoeLayerWeights w = host_layer(lc);
+  std::vector<std::string> names{""};
+  for (const std::string& n : tactics_for_layer(lc.cfg, 33, true)) names.push_back(n);
+  for (const std::string& name : names) {
+    EngineOptions eo;
+    eo.max_tokens = 33;
+    eo.fc1_tactic = eo.fc2_tactic = name;
+    std::unique_ptr<MoeEngine> copy, index;
+    Status st = create_with_env("FP4MOE_FC1_GATHER", "", w, eo, &copy);
+    ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
+    st = create_with_env("FP4MOE_FC1_GATHER", "index", w, eo, &index);
+    ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
+    for (int64_t T : {1, 33})
+      EXPECT_EQ(mismatches(forward_once(*copy, lc.cfg, T, 43, false), forward_once(*index, lc.cfg, T, 43, false)), 0u)
+          << (name.empty() ? "heuristic" : name) << " T=" << T;
+  }
 }
 
 TEST(Small, GraphReplayBitwise) {

@@ -83,6 +83,7 @@ void run_case(GroupedGemmTactic* t, GemmOp op, const GemmCase& c, uint64_t seed,
   }
   ASSERT_TRUE(t->init(p).is_ok());
   Dev d_ws(std::max<size_t>(16, t->workspace_bytes(p)));
+  CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.bytes()));  // the work counters start at zero
   Dev d_out(static_cast<size_t>(capacity * n) * 2);
   d_out.poison();
 

@@ -82,6 +82,7 @@ void run_case(GroupedGemmTactic& tactic, const Case& c) {
       d_a(a.size() * 2), d_idx(std::max<size_t>(4, row_index.size() * 4)), d_ts(w.tensor_scales.size() * 4),
       d_out(static_cast<size_t>(p.total_rows * c.n * 2)), d_ws(std::max<size_t>(16, tactic.workspace_bytes(p)));
   d_canon.upload(w.canonical.data(), w.canonical.size());
+  SM90_CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.size()));  // the tactic's work counters start at zero
   d_off.upload(offsets.data(), offsets.size() * 4);
   d_a.upload(a.data(), a.size() * 2);
   if (c.gather) d_idx.upload(row_index.data(), row_index.size() * 4);

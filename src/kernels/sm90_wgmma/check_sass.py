@@ -4,8 +4,12 @@ no local memory (LDL/STL), and no instruction writes an in-flight HGMMA's A or a
 (or reads its accumulators) before the WARPGROUP.DEPBAR that retires it. RS wgmma reads its A registers
 asynchronously, so reusing them early is a race that only shows under unlucky timing.
 
-The scan is linear in address order (it does not follow branches), which covers the straight-line
-stage body where the A fragments of several chunks are in flight at once. Exit status 1 on a finding."""
+HGMMAs are grouped as the hardware does: a group ends at the HGMMA carrying gsb0 (wgmma.commit_group),
+and WARPGROUP.DEPBAR.LE gsb0, N retires all but the N most recent groups (wgmma.wait_group N), so the
+consumer's pipelined main loop, which rewrites an A buffer after a DEPBAR.LE 1 (or 3) has retired the
+group reading it, is checked group by group. The scan is linear in address order (it does not follow
+branches); the main loop is entered from a peeled first body with the same groups in flight as its back
+edge carries, so the linear order sees the loop-top state. Exit status 1 on a finding."""
 import re
 import sys
 
@@ -39,7 +43,8 @@ def main():
     for n, ins in kernels.items():
         hgmma = sum(1 for i in ins if "HGMMA" in i)
         local = sum(1 for i in ins if re.match(r"(@!?U?P\w+\s+)?(LDL|STL)", i))
-        inflight_a, inflight_d = set(), set()
+        groups = []            # committed groups in flight, oldest first: (A registers, accumulators)
+        open_a, open_d = set(), set()
         for i in ins:
             body = re.sub(r"^@!?U?P\w+\s+", "", i)
             op = body.split()[0]
@@ -48,13 +53,19 @@ def main():
                 m = re.match(r"HGMMA\.64x(\d+)x16\S*\s+R(\d+),\s*R(\d+)", body)
                 if m:
                     n_cols, d0, a0 = int(m.group(1)), int(m.group(2)), int(m.group(3))
-                    inflight_d |= regs(d0, n_cols // 2)
-                    inflight_a |= regs(a0, 4)
+                    open_d |= regs(d0, n_cols // 2)
+                    open_a |= regs(a0, 4)
+                if "gsb0" in body:
+                    groups.append((open_a, open_d))
+                    open_a, open_d = set(), set()
                 continue
-            if op.startswith("WARPGROUP.DEPBAR") and "0x0" in body:
-                inflight_a.clear()
-                inflight_d.clear()
+            m = re.match(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)", body)
+            if m:
+                keep = int(m.group(1), 16)
+                groups = groups[len(groups) - keep:] if keep else []
                 continue
+            inflight_a = set().union(open_a, *(g[0] for g in groups))
+            inflight_d = set().union(open_d, *(g[1] for g in groups))
             srcs = {int(x) for x in re.findall(r"\bR(\d+)\b", ",".join(operands[1:]))}
             if srcs & inflight_d:
                 print(f"{n}: '{i}' reads in-flight accumulators {sorted(srcs & inflight_d)}")

@@ -19,8 +19,10 @@
 //
 // Pipeline per stage: wait on the full barrier, fence.proxy.async (the token bytes came through
 // cp.async, the generic proxy, and wgmma reads through the async proxy), then per chunk: dequantise
-// four k16 steps, wgmma.fence, issue four wgmmas per tile; commit, wait for the group, and one lane per
-// warp arrives on the stage's empty barrier (8 arrivals free it).
+// four k16 steps, wgmma.fence, issue four wgmmas per tile. Tiles with two or more chunks per stage
+// commit each chunk as its own group and keep up to B-1 groups in flight across stage boundaries
+// (consume_pipelined); the k64 tile commits per stage and waits for it (consume_serial). A stage is
+// freed when one lane per consumer warp has arrived on its empty barrier (8 arrivals).
 #pragma once
 #include <cstdint>
 
@@ -86,37 +88,91 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t* block, int tid, uin
 template <int BN>
 constexpr int accumulator_sets() { return BN <= 16 ? 4 : (BN <= 64 ? 2 : 1); }
 
-// The main loop of one work item: accumulates acc[u][set] over all stages of the item. There is no
-// branch between wgmma.fence and the commit (a branch there makes ptxas serialise every wgmma): every
-// stage is full (K is padded to kPackKAlign in the packed layout) and a tile the producer left out (past
-// the expert's rows) is computed from stale shared memory into accumulators that are never stored.
-// Each stage ends with wait_group<0> before its slot is released and before the next stage writes A
-// registers: an RS wgmma reads its A registers while in flight, and ptxas does not keep them from
-// being reused across loop iterations (a deferred wait_group<1> here produced garbage under
-// compute-sanitizer's slower timing). Inside a stage the chunks' A fragments live in distinct registers
-// (checked on the SASS by check_sass.py).
-// stage/phase: the consumer's position in the ring, advanced here.
+// A-fragment buffers a consumer keeps in flight: each packed k64 chunk is one wgmma commit group whose
+// RS wgmmas read their A registers asynchronously, so a buffer is rewritten only after wait_group<kBuffers-1>
+// has retired the group that last read it. Four buffers (64 registers at one 64-row tile) where the
+// register budget allows (one CTA per SM, one tile per consumer), two otherwise.
 template <class Cfg>
-__device__ __forceinline__ void consume_item(uint8_t* smem, uint64_t* full, uint64_t* empty, int nstages,
-                                             int first_tile, int tid,
-                                             float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2],
-                                             int& stage, uint32_t& phase) {
+constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 ? Cfg::kChunksPerStage : 2; }
+
+// The pipelined schedule needs at least two chunks per stage: with one (the k64 tile) its loop body
+// spans two stages and ptxas serialises every wgmma (C7513), so such tiles keep the serial schedule
+// (one commit group per stage, wait_group<0> before the release). FP4MOE_SM90_SERIAL_STAGES=1 at
+// compile time gives every tile the serial schedule (the control binary of docs/perf.md's step 14).
+#ifndef FP4MOE_SM90_SERIAL_STAGES
+#define FP4MOE_SM90_SERIAL_STAGES 0
+#endif
+template <class Cfg>
+constexpr bool pipelined_consumer() { return !FP4MOE_SM90_SERIAL_STAGES && Cfg::kChunksPerStage >= 2; }
+
+// kBody chunks of the pipelined main loop (consume_pipelined); kFirst: the item's first body, where the
+// groups the waits retire do not exist yet.
+template <class Cfg, bool kFirst>
+__device__ __forceinline__ void consume_body(
+    uint8_t* smem, uint64_t* full, uint64_t* empty, int first_tile, int tid,
+    float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2],
+    uint32_t (&a)[a_buffers<Cfg>()][Cfg::kM64PerConsumer][4][4], int& stage, uint32_t& phase, int& release) {
   constexpr int kMW = Cfg::kM64PerConsumer;
   constexpr int kSets = accumulator_sets<Cfg::kBN>();
+  constexpr int kC = Cfg::kChunksPerStage;
+  constexpr int kB = a_buffers<Cfg>();
+  constexpr int kBody = kB > kC ? kB : kC;
+  static_assert(kBody % kB == 0 && kBody % kC == 0 && 4 % kBody == 0, "buffers and stages must tile the body");
+  const uint8_t* st = smem;
+  uint64_t desc0 = 0;
 #pragma unroll
-  for (int u = 0; u < kMW; ++u)
+  for (int j = 0; j < kBody; ++j) {
+    const int kb = j % kC, b = j % kB;
+    if (kb == 0) {
+      mbar_wait(&full[stage], phase);
+      fence_proxy_async_smem();
+      st = smem + stage * Cfg::kStageBytes;
+      desc0 = make_desc_sw128(smem_addr(st));  // offsets below stay inside the 14-bit field
+    }
+    // Retire group j - kB of this body's numbering (the last reader of buffer b) and release its stage
+    // if it was the stage's last chunk; in the first body groups j - kB < 0 do not exist.
+    wgmma_wait<kB - 1>();
+    if (((j - kB + kBody) % kC) == kC - 1 && (j >= kB || !kFirst)) {
+      if ((tid & 31) == 0) mbar_arrive(&empty[release]);
+      if (++release == Cfg::kStages) release = 0;
+    }
 #pragma unroll
-    for (int v = 0; v < kSets; ++v)
+    for (int u = 0; u < kMW; ++u)
+      dequant_chunk(st + Cfg::kTokenBytes + (first_tile + u) * Cfg::kWeightTileBytes + kb * kPackBlockBytes, tid,
+                    a[b][u]);
+    wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < Cfg::kBN / 2; ++i) acc[u][v][i] = 0.0f;
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int u = 0; u < kMW; ++u)
+        WgmmaRS<Cfg::kBN>::mma(acc[u][(j * 4 + s) % kSets], a[b][u][s],
+                               desc0 + static_cast<uint64_t>((kb * Cfg::kTokenSubTileBytes + s * 32) >> 4));
+    wgmma_commit();
+    if (kb == kC - 1 && ++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
+// The serial schedule: one commit group per stage, wait_group<0> before the stage is released and before
+// the next stage writes A registers. Inside a stage the chunks' A fragments live in distinct registers,
+// so chunk kb+1 is dequantised while chunk kb's wgmmas run.
+template <class Cfg>
+__device__ __forceinline__ void consume_serial(
+    uint8_t* smem, uint64_t* full, uint64_t* empty, int nstages, int first_tile, int tid,
+    float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2], int& stage, uint32_t& phase) {
+  constexpr int kMW = Cfg::kM64PerConsumer;
+  constexpr int kSets = accumulator_sets<Cfg::kBN>();
+  constexpr int kC = Cfg::kChunksPerStage;
   for (int ks = 0; ks < nstages; ++ks) {
     mbar_wait(&full[stage], phase);
     fence_proxy_async_smem();
     const uint8_t* st = smem + stage * Cfg::kStageBytes;
     const uint64_t desc0 = make_desc_sw128(smem_addr(st));  // offsets below stay inside the 14-bit field
-    uint32_t a[Cfg::kChunksPerStage][kMW][4][4];
+    uint32_t a[kC][kMW][4][4];
 #pragma unroll
-    for (int kb = 0; kb < Cfg::kChunksPerStage; ++kb) {
+    for (int kb = 0; kb < kC; ++kb) {
 #pragma unroll
       for (int u = 0; u < kMW; ++u)
         dequant_chunk(st + Cfg::kTokenBytes + (first_tile + u) * Cfg::kWeightTileBytes + kb * kPackBlockBytes, tid,
@@ -137,6 +193,63 @@ __device__ __forceinline__ void consume_item(uint8_t* smem, uint64_t* full, uint
       phase ^= 1u;
     }
   }
+}
+
+// The pipelined schedule. Chunk c (one packed k64 block of a stage) is dequantised into A buffer c % B
+// (B = a_buffers), its wgmmas are issued and committed as group c; before chunk c writes its buffer,
+// wait_group<B-1> retires group c-B, the last reader of that buffer, so B-1 chunks of wgmmas stay in
+// flight while the next one is dequantised and no wait on the tensor core falls at a stage boundary. A
+// stage's shared memory is released (one lane per warp arrives on its empty barrier, 8 arrivals free it)
+// once the group of its last chunk has retired, up to B-1 chunks late. The first body is peeled so that
+// the loop is entered with the same groups in flight as its back edge carries: ptxas then sees each
+// buffer rewritten only after the wait that retires its reader (without the peel it reports C7513 and
+// serialises every wgmma). check_sass.py verifies on the SASS that no instruction writes an A buffer
+// before the HGMMA group reading it has retired.
+template <class Cfg>
+__device__ __forceinline__ void consume_pipelined(
+    uint8_t* smem, uint64_t* full, uint64_t* empty, int nstages, int first_tile, int tid,
+    float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2], int& stage, uint32_t& phase) {
+  constexpr int kC = Cfg::kChunksPerStage;
+  constexpr int kB = a_buffers<Cfg>();
+  constexpr int kBody = kB > kC ? kB : kC;          // chunks per loop body (every item has a multiple of 4)
+  constexpr int kHeld = kB / kC > 1 ? kB / kC : 1;  // stages still held when the last group retires
+  static_assert(Cfg::kStages > kHeld, "the ring must outlast the stages a consumer holds");
+  const int total = nstages * kC;
+  int release = stage;  // the oldest stage this consumer has not released yet
+  uint32_t a[kB][Cfg::kM64PerConsumer][4][4];
+  consume_body<Cfg, true>(smem, full, empty, first_tile, tid, acc, a, stage, phase, release);
+  for (int c0 = kBody; c0 < total; c0 += kBody)
+    consume_body<Cfg, false>(smem, full, empty, first_tile, tid, acc, a, stage, phase, release);
+  wgmma_wait<0>();
+#pragma unroll
+  for (int h = 0; h < kHeld; ++h) {
+    if ((tid & 31) == 0) mbar_arrive(&empty[release]);
+    if (++release == Cfg::kStages) release = 0;
+  }
+}
+
+// The main loop of one work item: accumulates acc[u][set] over all stages of the item, then sums the
+// sets into acc[u][0]. There is no branch between wgmma.fence and the commit (a branch there makes ptxas
+// serialise every wgmma): every stage is full (K is padded to kPackKAlign in the packed layout) and a
+// tile the producer left out (past the expert's rows) is computed from stale shared memory into
+// accumulators that are never stored. stage/phase: the consumer's position in the ring, advanced here.
+template <class Cfg>
+__device__ __forceinline__ void consume_item(uint8_t* smem, uint64_t* full, uint64_t* empty, int nstages,
+                                             int first_tile, int tid,
+                                             float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2],
+                                             int& stage, uint32_t& phase) {
+  constexpr int kMW = Cfg::kM64PerConsumer;
+  constexpr int kSets = accumulator_sets<Cfg::kBN>();
+#pragma unroll
+  for (int u = 0; u < kMW; ++u)
+#pragma unroll
+    for (int v = 0; v < kSets; ++v)
+#pragma unroll
+      for (int i = 0; i < Cfg::kBN / 2; ++i) acc[u][v][i] = 0.0f;
+  if constexpr (pipelined_consumer<Cfg>())
+    consume_pipelined<Cfg>(smem, full, empty, nstages, first_tile, tid, acc, stage, phase);
+  else
+    consume_serial<Cfg>(smem, full, empty, nstages, first_tile, tid, acc, stage, phase);
 #pragma unroll
   for (int u = 0; u < kMW; ++u)
 #pragma unroll

@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_family.h"
@@ -87,6 +89,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
 
   Status init(const GemmProblem& p) override {
     (void)p;
+    const char* fixed = std::getenv("FP4MOE_SM90_STATIC_SCHEDULE");
+    static_schedule_ = fixed && *fixed && std::string(fixed) != "0";
     int dev = 0;
     Status s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice", desc_.name);
     if (!s) return s;
@@ -110,7 +114,9 @@ class Sm90Tactic final : public GroupedGemmTactic {
     return Status::ok();
   }
 
-  size_t workspace_bytes(const GemmProblem&) const override { return 0; }
+  // Two int counters of the dynamic work schedule (sm90_scheduler.cuh): zero before the first run, left
+  // zero by every run. A null workspace runs the static schedule.
+  size_t workspace_bytes(const GemmProblem&) const override { return 2 * sizeof(int); }
 
   Status run(const GroupedGemmArgs& args, Stream stream) const override {
     const GemmProblem& p = args.problem;
@@ -125,9 +131,15 @@ class Sm90Tactic final : public GroupedGemmTactic {
                                 "elements >= K (a_ld {}, K {})",
                                 desc_.name, args.a_ld, p.k));
     if (p.total_rows == 0) return Status::ok();
+    if ((reinterpret_cast<uintptr_t>(args.workspace) & 3) != 0)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: the workspace (the work counters) must be 4-byte aligned", desc_.name));
     const PackGeometry g = pack_geometry(p);
     Params prm;
     prm.expert_offsets = args.expert_offsets;
+    // The dynamic schedule needs the workspace's counters; without a workspace, or with
+    // FP4MOE_SM90_STATIC_SCHEDULE=1, the static stride (sm90_scheduler.cuh).
+    prm.counters = static_schedule_ ? nullptr : static_cast<int*>(args.workspace);
     prm.a = args.a;
     prm.a_row_index = args.a_row_index;
     prm.a_ld = args.a_ld;
@@ -160,6 +172,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   static KernelFn kernel_fc2() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, false>; }
   TacticDesc desc_;
   int sm_count_ = 0;
+  bool static_schedule_ = false;  // FP4MOE_SM90_STATIC_SCHEDULE
 };
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};

@@ -1,7 +1,9 @@
 // sm90_nvfp4w4a16_grouped: the Hopper NVFP4 weight-only grouped GEMM (one kernel, FC1 or FC2).
 //
 // What a CTA computes: a persistent loop over work items (expert, m-tile of BM packed weight rows,
-// token tile of BN rows) from the device-built list (sm90_scheduler.cuh). For each item
+// token tile of BN rows) from the device-built list, handed out dynamically by a counter in the
+// tactic's workspace (sm90_scheduler.cuh); the producer passes each item to the consumers through the
+// item ring in shared memory, and -1 ends the loop. For each item
 //   D[BM weight rows, BN tokens] = W_e[rows, K] . X[tokens, K]^T    (weights on wgmma's M side)
 // and the epilogue writes out[token, column] (sm90_epilogue.cuh).
 //
@@ -37,6 +39,7 @@ struct Params {
   CUtensorMap tok_map;
   int tok_tma = 0;
   const int32_t* expert_offsets = nullptr;  // [E + 1] device, rows grouped by expert
+  int* counters = nullptr;                  // [2] device, zero: the dynamic schedule (sm90_scheduler.cuh)
   const uint16_t* a = nullptr;              // bf16 activations, row stride a_ld elements
   const int32_t* a_row_index = nullptr;     // [total_rows] or null: problem row r reads a[a_row_index[r]]
   int64_t a_ld = 0;                         // elements, multiple of 8
@@ -61,6 +64,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   int32_t* s_prefix = reinterpret_cast<int32_t*>(smem + Cfg::kTableOffset);
   int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_offsets + kMaxExperts + 1;
+  int32_t* s_items = s_rows + Cfg::kBN;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int mtiles = (p.tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
@@ -82,18 +86,21 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   if (wg == 0) {
     // Producer
     setmaxnreg_dec<Cfg::Regs::kProducer>();
-    if (warp == 0) run_producer<Cfg>(p, smem, full, empty, s_prefix, s_offsets, s_rows, lane);
+    if (warp == 0) run_producer<Cfg>(p, smem, full, empty, s_prefix, s_offsets, s_rows, s_items, lane);
     return;
   }
   // Consumer
   setmaxnreg_inc<Cfg::Regs::kConsumer>();
   const int consumer = wg - 1, tid = threadIdx.x & 127;
   const int nstages = p.kchunks / Cfg::kChunksPerStage;
-  const int total = s_prefix[p.num_experts];
   int stage = 0;
   uint32_t phase = 0;
   float acc[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2];
-  for (int w = blockIdx.x; w < total; w += gridDim.x) {
+  for (int j = 0;; ++j) {
+    // The producer wrote item j into the ring before filling its first stage (or -1: no more work).
+    mbar_wait(&full[stage], phase);
+    const int w = s_items[j % kItemRing];
+    if (w < 0) break;
     const WorkItem it = find_work_item(s_prefix, s_offsets, p.num_experts, Cfg::kBN, w);
     const int cta_tile0 = it.mtile * Cfg::kM64PerCta;
     const int first_tile = consumer * Cfg::kM64PerConsumer;  // within the CTA tile

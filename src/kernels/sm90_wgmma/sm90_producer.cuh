@@ -1,5 +1,15 @@
 // Producer of the sm90 family: one warp fills the stage ring (tile_config.h has the byte offsets).
 //
+// Work items come from a global counter (dynamic persistent schedule): CTA b starts with item b, and
+// lane 0 takes every further item with one atomicAdd, issued one item ahead so that its round trip
+// overlaps the current item's copies. Each item goes into the item ring in shared memory before the
+// arrive that fills the item's first stage, so the consumers read it after waiting on that stage (the
+// arrive releases, the wait acquires). When the items run out the producer writes -1 and completes one
+// more stage with no copies (33 plain arrivals): the consumers wake up, read -1 and leave. A CTA that
+// starts late (its SM busy with another kernel) simply takes fewer items. The last CTA to finish
+// resets the two counters (next item, CTAs done) to zero for the next launch (sm90_scheduler.cuh).
+// Without counters the items are b, b + gridDim.x, ..., through the same ring.
+//
 // Per work item and stage (k range [k0, k0 + BK)), after the stage's empty barrier has completed:
 //   lane 0   arrive.expect_tx(full, weight bytes), then one bulk copy (TMA, cp.async.bulk) per valid
 //            64-row tile: the tile's BK/64 packed blocks are contiguous in global memory (expert, tile,
@@ -13,23 +23,26 @@
 //            end are not copied (their accumulator columns are never stored).
 //   all      cp.async.mbarrier.arrive.noinc(full): the full barrier expects 1 + 32 arrivals and the
 //            transaction bytes, so it completes when both the TMA bytes and every lane's copies landed.
-// Contiguous token rows (FC2, Params::tok_tma) come through a TMA tensor map instead: lane 0 issues one
-// 2D copy per 64-wide k sub-tile (box 64 x BN, 128-byte swizzle, rows past the tensor zero-filled) and
-// adds its bytes to the expect_tx; the lanes then only arrive. FC1 gathers rows (Hopper TMA has no
-// gather) and keeps the cp.async path, which measured 36% of the prefill time (docs/perf.md step 13).
+// Contiguous token rows (no row index: FC2, and FC1 on the engine's gathered copy) come through a TMA
+// tensor map instead: lane 0 issues one 2D copy per 64-wide k sub-tile (box 64 x BN, 128-byte swizzle,
+// rows past the tensor zero-filled) and adds its bytes to the expect_tx; the lanes then only arrive.
+// Gathered rows (a_row_index: Hopper TMA has no gather) keep the cp.async path, which measured 36% of
+// the prefill time (docs/perf.md step 13); the engine avoids it with a gathered copy (step 15).
 #pragma once
 #include <cstdint>
 
 #include "kernels/sm90_wgmma/sm90_layout.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_scheduler.cuh"
+#include "kernels/sm90_wgmma/tile_config.h"
 
 namespace fp4moe {
 namespace sm90 {
 
 template <class Cfg, class Params>
 __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
-                             const int32_t* s_prefix, const int32_t* s_offsets, int32_t* s_rows, int lane) {
+                             const int32_t* s_prefix, const int32_t* s_offsets, int32_t* s_rows, int32_t* s_items,
+                             int lane) {
   const uint64_t policy = policy_evict_first();
   const int nstages = p.kchunks / Cfg::kChunksPerStage;  // kchunks is a multiple (kPackKAlign)
   const int total = s_prefix[p.num_experts];
@@ -46,7 +59,25 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
   const uint32_t col_off = sub * Cfg::kTokenSubTileBytes;
   int stage = 0;
   uint32_t phase = 0;
-  for (int w = blockIdx.x; w < total; w += gridDim.x) {
+  // Item j + 1 is fetched while item j is produced, so the atomic's round trip is off the critical path;
+  // the first item is blockIdx.x, with no fetch at all.
+  int w = blockIdx.x;
+  int fetched = fetch_work_item(p.counters, lane);
+  for (int j = 0;; ++j) {
+    if (j > 0) {
+      w = fetched_work_item(p.counters, fetched, w);
+      fetched = fetch_work_item(p.counters, lane);
+    }
+    if (w >= total) {
+      // No more work: one empty stage carries the sentinel to the consumers.
+      mbar_wait(&empty[stage], phase ^ 1u);
+      if (lane == 0) s_items[j % kItemRing] = -1;
+      __syncwarp();
+      mbar_arrive(&full[stage]);
+      if (lane == 0) mbar_arrive(&full[stage]);
+      break;
+    }
+    if (lane == 0) s_items[j % kItemRing] = w;
     const WorkItem it = find_work_item(s_prefix, s_offsets, p.num_experts, Cfg::kBN, w);
     const int tile0 = it.mtile * Cfg::kM64PerCta;
     const int ntiles = min(Cfg::kM64PerCta, p.tiles64 - tile0);
@@ -105,6 +136,8 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
     }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
+  (void)fetched_work_item(p.counters, fetched, w);  // the last fetch returned before the CTA counts itself done
+  finish_work_items(p.counters, lane);
 }
 
 }  // namespace sm90

@@ -5,11 +5,21 @@
 // items_e = ceil(rows_e / BN) * mtiles. At kernel start one warp reads the E+1 offsets (the host never
 // sees them) and writes into shared memory
 //   prefix[e] = sum of items_f for f < e   (prefix[E] = total items)   and   offsets[e] (a copy).
-// CTA b then takes items b, b + gridDim.x, ... ; item w belongs to the expert e with
-// prefix[e] <= w < prefix[e+1] (binary search), local = w - prefix[e], mt = local / tiles_e,
-// tt = local % tiles_e: consecutive items are the token tiles of one m-tile, so CTAs running at the
-// same time read the same weight rows (one HBM read, the rest from L2). Producer and consumers walk the
-// same list independently; nothing is exchanged but the pipeline's barriers.
+// CTA b starts with item b; later items come in order from a global counter (fetch_work_item: one
+// atomicAdd per item by the producer, which passes the item to its consumers through shared memory,
+// sm90_producer.cuh), so a
+// CTA that starts late because its SM is busy (the shared expert on the side stream, another stream's
+// kernel) takes fewer items instead of delaying the whole grid, as a static b, b + gridDim.x, ...
+// stride did (docs/perf.md, sm90 step 16). Item w belongs to the expert e with prefix[e] <= w <
+// prefix[e+1] (binary search), local = w - prefix[e], mt = local / tiles_e, tt = local % tiles_e:
+// consecutive items are the token tiles of one m-tile, so CTAs running at the same time read the same
+// weight rows (one HBM read, the rest from L2).
+//
+// The counters (2 ints in the tactic's workspace: next item, CTAs done) are zero before a launch and
+// zero again after it: the last CTA to finish resets them (finish_work_items), so graph replays need
+// no memset. Whoever allocates the workspace zeroes it once (GroupedGemmTactic::workspace_bytes).
+// Without a workspace (or with FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ...,
+// the same item ring and sentinel, no atomics.
 #pragma once
 #include <cstdint>
 
@@ -54,6 +64,30 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
   if (lane == 31) {
     s_prefix[num_experts] = incl;
     s_offsets[num_experts] = offsets[num_experts];
+  }
+}
+
+// Items 0 .. gridDim.x - 1 go to the CTAs of the same index; later items are handed out by the counter.
+// fetch_work_item issues the atomic on the producer warp's lane 0 (its result is needed only later);
+// fetched_work_item turns it into the item index on every lane.
+// Without counters (null) the schedule is the static stride: item w is followed by w + gridDim.x.
+__device__ __forceinline__ int fetch_work_item(int* counters, int lane) {
+  return counters && lane == 0 ? atomicAdd(&counters[0], 1) : 0;
+}
+__device__ __forceinline__ int fetched_work_item(const int* counters, int fetched, int prev) {
+  return counters ? static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, fetched, 0)
+                  : prev + static_cast<int>(gridDim.x);
+}
+
+// After this CTA's last fetch_work_item has returned: count it done; the last CTA resets both counters.
+// The fence orders this CTA's last fetch before its done increment, so when the last CTA sees every
+// other CTA done, no fetch of this launch is still to come.
+__device__ __forceinline__ void finish_work_items(int* counters, int lane) {
+  if (!counters || lane != 0) return;
+  __threadfence();
+  if (atomicAdd(&counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
+    atomicExch(&counters[0], 0);
+    atomicExch(&counters[1], 0);
   }
 }
 

@@ -14,7 +14,8 @@
 //                                   each block exactly as in global memory (sm90_layout.h)
 //   then kStages full barriers, kStages empty barriers (8 bytes each),
 //   then the work-list table: item prefix [kMaxExperts + 1] and expert offsets [kMaxExperts + 1] (int32),
-//   then the producer's source-row table of the current item [BN] (int32).
+//   then the producer's source-row table of the current item [BN] (int32),
+//   then the item ring [kItemRing] (int32): the work items the producer fetched, in order, for the consumers.
 #pragma once
 #include <cstdint>
 
@@ -27,6 +28,7 @@ constexpr int kThreads = 384;               // producer warpgroup + 2 consumer w
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kMaxExperts = 512;            // the work-list table lives in shared memory
 constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
+constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
 
 // Registers per thread: at launch (the compiler's limit from __launch_bounds__(384, CTAS)), and the
 // setmaxnreg targets of the producer and consumer warpgroups. The CTA's pool is launch * 384; what the
@@ -59,7 +61,7 @@ struct TileConfig {
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
   static constexpr int kTableOffset = kBarrierOffset + 2 * STAGES * 8;
-  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN) * 4;
+  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing) * 4;
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
 
@@ -68,8 +70,8 @@ struct TileConfig {
   static_assert(BK % kPackK == 0, "BK must be a whole number of packed k64 chunks");
   static_assert(kPackKAlign % BK == 0, "BK must divide the packed K padding so every stage is full");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
-  static_assert(CTAS * (kSmemAlignSlack + STAGES * kStageBytes + 2 * STAGES * 8 + (2 * (kMaxExperts + 1) + BN) * 4) <=
-                    227 * 1024,
+  static_assert(STAGES < kItemRing, "the producer runs at most STAGES items ahead of the consumers");
+  static_assert(CTAS * (kSmemAlignSlack + STAGES * kStageBytes + 2 * STAGES * 8 + kTableBytes) <= 227 * 1024,
                 "CTAS CTAs must fit an H100/H200 SM's 227 KB of shared memory");
   static_assert(kTokenSubTileBytes % 1024 == 0, "token sub-tiles must keep the 1024-byte swizzle alignment");
   static_assert(kTokenChunks % 32 == 0, "the producer warp's lanes share the token copies evenly");
