@@ -123,7 +123,10 @@ class CudaTuningBackend final : public TuningBackend {
       WeightSet& w = weights_for(problem);
       const void* weights = packed_weights(w, t->desc().layout);
       set_routing(problem, tokens);
-      const size_t a_rows = problem.op == GemmOp::kFc1SwiGlu ? size_t(tokens) : size_t(problem.total_rows);
+      // FC1 is timed the way the engine runs it: on the copy of the token rows in grouped order
+      // (contiguous rows, no index) when K = H is a multiple of 8, else through the row index.
+      const bool gathered = problem.op == GemmOp::kFc1SwiGlu && problem.k % 8 != 0;
+      const size_t a_rows = gathered ? size_t(tokens) : size_t(problem.total_rows);
       act_.ensure(a_rows * size_t(problem.k) * 2);
       FP4MOE_CUDA_THROW(cudaMemsetAsync(act_.get(), 0x3C, a_rows * size_t(problem.k) * 2, stream_));
       out_.ensure(size_t(problem.total_rows) * size_t(problem.n) * 2);
@@ -135,7 +138,7 @@ class CudaTuningBackend final : public TuningBackend {
       args.problem = problem;
       args.expert_offsets = offsets_.get<int32_t>();
       args.a = act_.get<uint16_t>();
-      args.a_row_index = problem.op == GemmOp::kFc1SwiGlu ? row_index_.get<int32_t>() : nullptr;
+      args.a_row_index = gathered ? row_index_.get<int32_t>() : nullptr;
       args.a_ld = problem.k;
       args.weights = weights;
       args.tensor_scales = w.tensor_scales.get<float>();
