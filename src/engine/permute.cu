@@ -244,7 +244,7 @@ Status launch_permute(const int32_t* ids, int64_t tokens, int64_t topk, int64_t 
 }
 
 // out[r] = x[gather[r]] for r < rows, 16 bytes per thread and step: the gathered copy of the token rows
-// that lets FC1 read them contiguously (engine.cpp decides when).
+// that lets FC1 read them contiguously (engine.cpp, routed()).
 __global__ void gather_rows_kernel(const uint4* __restrict__ x, int64_t ld_vecs, const int32_t* __restrict__ gather,
                                    int rows, const int32_t* __restrict__ row_limit, int vecs,
                                    uint4* __restrict__ out) {

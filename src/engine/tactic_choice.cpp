@@ -75,9 +75,9 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   // measured 86 us with every GEMM on the one-CTA k256 tile against 93.5 us on the two-CTA k128 one
   // (docs/perf.md, sm90 step 17).
   constexpr int64_t kMinStages = 4, kFewItems = 512;
-  const int64_t weight_rows = p.op == GemmOp::kFc1SwiGlu ? 2 * p.n : p.n;
+  const int64_t tile_m = std::max(best->tile_m, 1);
   const int64_t items = std::min(p.num_experts, std::max<int64_t>(p.total_rows, 1)) *
-                        ((weight_rows + std::max(best->tile_m, 1) - 1) / std::max(best->tile_m, 1));
+                        ((weight_rows(p) + tile_m - 1) / tile_m);
   const bool sparse = items < kFewItems;
   auto stages = [&](const TacticDesc* d) { return d->tile_k > 0 ? p.k / d->tile_k : 0; };
   const TacticDesc* first_ok = nullptr;

@@ -105,6 +105,28 @@ constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 ? Cfg::kChunksPerSt
 template <class Cfg>
 constexpr bool pipelined_consumer() { return !FP4MOE_SM90_SERIAL_STAGES && Cfg::kChunksPerStage >= 2; }
 
+// One packed k64 chunk kb of the stage at `st` (wgmma descriptor desc0 of its token tile): dequantise each
+// of the consumer's 64-row tiles into `a`, then issue the chunk's four k16 wgmmas per tile, k16 step s
+// into accumulator set (set0 + s) % kSets. Both schedules below are built from it.
+template <class Cfg>
+__device__ __forceinline__ void issue_chunk(
+    const uint8_t* st, uint64_t desc0, int kb, int set0, int first_tile, int tid,
+    float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2],
+    uint32_t (&a)[Cfg::kM64PerConsumer][4][4]) {
+  constexpr int kMW = Cfg::kM64PerConsumer;
+  constexpr int kSets = accumulator_sets<Cfg::kBN>();
+#pragma unroll
+  for (int u = 0; u < kMW; ++u)
+    dequant_chunk(st + Cfg::kTokenBytes + (first_tile + u) * Cfg::kWeightTileBytes + kb * kPackBlockBytes, tid, a[u]);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int u = 0; u < kMW; ++u)
+      WgmmaRS<Cfg::kBN>::mma(acc[u][(set0 + s) % kSets], a[u][s],
+                             desc0 + static_cast<uint64_t>((kb * Cfg::kTokenSubTileBytes + s * 32) >> 4));
+}
+
 // kBody chunks of the pipelined main loop (consume_pipelined); kFirst: the item's first body, where the
 // groups the waits retire do not exist yet.
 template <class Cfg, bool kFirst>
@@ -112,8 +134,6 @@ __device__ __forceinline__ void consume_body(
     uint8_t* smem, uint64_t* full, uint64_t* empty, int first_tile, int tid,
     float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2],
     uint32_t (&a)[a_buffers<Cfg>()][Cfg::kM64PerConsumer][4][4], int& stage, uint32_t& phase, int& release) {
-  constexpr int kMW = Cfg::kM64PerConsumer;
-  constexpr int kSets = accumulator_sets<Cfg::kBN>();
   constexpr int kC = Cfg::kChunksPerStage;
   constexpr int kB = a_buffers<Cfg>();
   constexpr int kBody = kB > kC ? kB : kC;
@@ -136,17 +156,7 @@ __device__ __forceinline__ void consume_body(
       if ((tid & 31) == 0) mbar_arrive(&empty[release]);
       if (++release == Cfg::kStages) release = 0;
     }
-#pragma unroll
-    for (int u = 0; u < kMW; ++u)
-      dequant_chunk(st + Cfg::kTokenBytes + (first_tile + u) * Cfg::kWeightTileBytes + kb * kPackBlockBytes, tid,
-                    a[b][u]);
-    wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < 4; ++s)
-#pragma unroll
-      for (int u = 0; u < kMW; ++u)
-        WgmmaRS<Cfg::kBN>::mma(acc[u][(j * 4 + s) % kSets], a[b][u][s],
-                               desc0 + static_cast<uint64_t>((kb * Cfg::kTokenSubTileBytes + s * 32) >> 4));
+    issue_chunk<Cfg>(st, desc0, kb, j * 4, first_tile, tid, acc, a[b]);
     wgmma_commit();
     if (kb == kC - 1 && ++stage == Cfg::kStages) {
       stage = 0;
@@ -162,29 +172,15 @@ template <class Cfg>
 __device__ __forceinline__ void consume_serial(
     uint8_t* smem, uint64_t* full, uint64_t* empty, int nstages, int first_tile, int tid,
     float (&acc)[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2], int& stage, uint32_t& phase) {
-  constexpr int kMW = Cfg::kM64PerConsumer;
-  constexpr int kSets = accumulator_sets<Cfg::kBN>();
   constexpr int kC = Cfg::kChunksPerStage;
   for (int ks = 0; ks < nstages; ++ks) {
     mbar_wait(&full[stage], phase);
     fence_proxy_async_smem();
     const uint8_t* st = smem + stage * Cfg::kStageBytes;
     const uint64_t desc0 = make_desc_sw128(smem_addr(st));  // offsets below stay inside the 14-bit field
-    uint32_t a[kC][kMW][4][4];
+    uint32_t a[kC][Cfg::kM64PerConsumer][4][4];
 #pragma unroll
-    for (int kb = 0; kb < kC; ++kb) {
-#pragma unroll
-      for (int u = 0; u < kMW; ++u)
-        dequant_chunk(st + Cfg::kTokenBytes + (first_tile + u) * Cfg::kWeightTileBytes + kb * kPackBlockBytes, tid,
-                      a[kb][u]);
-      wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < 4; ++s)
-#pragma unroll
-        for (int u = 0; u < kMW; ++u)
-          WgmmaRS<Cfg::kBN>::mma(acc[u][(kb * 4 + s) % kSets], a[kb][u][s],
-                                 desc0 + static_cast<uint64_t>((kb * Cfg::kTokenSubTileBytes + s * 32) >> 4));
-    }
+    for (int kb = 0; kb < kC; ++kb) issue_chunk<Cfg>(st, desc0, kb, kb * 4, first_tile, tid, acc, a[kb]);
     wgmma_commit();
     wgmma_wait<0>();
     if ((tid & 31) == 0) mbar_arrive(&empty[stage]);
