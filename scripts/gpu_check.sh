@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, compute-sanitizer
 # memcheck and racecheck on the small cases (the Sanitize.* suite: every tactic on tail shapes, one
-# forward per routing family and shared-expert kind), then `fp4moe bench` on the GLM-5 layer and the
-# PyTorch peer in the same run, and the same for the layer's TP8 and EP8 shards. Uses the binaries
+# forward per routing family and shared-expert kind), racecheck of the sm90 tactics test, then `fp4moe
+# bench` on the GLM-5 layer and the PyTorch peer in the same run, and the same for the layer's TP8 and
+# EP8 shards. Uses the binaries
 # staged in .gpubuild/ (scripts/gpu_build.sh), or builds them when nvcc is available. Logs go to OUTDIR;
 # a short summary is printed last (and written to OUTDIR/summary.txt). Exit status: 0 when every step
 # passed.
@@ -67,25 +68,34 @@ done <"$stage/gpu_tests.txt"
 
 # 2. compute-sanitizer on the small cases
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-for tool in memcheck racecheck; do
-  start=$SECONDS
-  # racecheck: the shared expert on the caller's stream (FP4MOE_SERIAL_STREAM=1); the same kernels, but
-  # racecheck did not finish the two-stream forward within minutes. Its run time on the warp-specialised
-  # kernels (warps spinning on mbarriers) varies from run to run for the same binary, from under a second
-  # to minutes for Sanitize.EngineForward on the H200: a TIMEOUT here is not a hazard (docs/perf.md).
-  serial=0
-  [ "$tool" = racecheck ] && serial=1
-  FP4MOE_SERIAL_STREAM=$serial timeout -k 10 "${SANITIZER_TIMEOUT:-180}" "$cs" --tool "$tool" --error-exitcode 99 "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*' \
-    >"$out/sanitize_$tool.log" 2>&1
-  rc=$?
-  line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize_$tool.log" | tail -n 1)
+# sanitize LABEL LOG TOOL BINARY ARGS...: one compute-sanitizer run, bounded by SANITIZER_TIMEOUT, noted
+# as PASS with its summary line or FAIL.
+sanitize() {
+  local label=$1 log=$2 tool=$3
+  shift 3
+  local start=$SECONDS
+  timeout -k 10 "${SANITIZER_TIMEOUT:-180}" "$cs" --tool "$tool" --error-exitcode 99 "$@" >"$out/$log" 2>&1
+  local rc=$?
+  local line
+  line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$log" | tail -n 1)
   if [ $rc -eq 0 ]; then
-    note "compute-sanitizer $tool: PASS (${line:-no summary line}; $((SECONDS - start)) s)"
+    note "compute-sanitizer $label: PASS (${line:-no summary line}; $((SECONDS - start)) s)"
   else
     status=1
-    note "compute-sanitizer $tool: FAIL rc=$rc (${line:-see log})"
+    note "compute-sanitizer $label: FAIL rc=$rc (${line:-see log})"
   fi
-done
+}
+# racecheck: the shared expert on the caller's stream (FP4MOE_SERIAL_STREAM=1); the same kernels, but
+# racecheck did not finish the two-stream forward within minutes. Its run time on the warp-specialised
+# kernels (warps spinning on mbarriers) varies from run to run for the same binary, from under a second
+# to minutes for Sanitize.EngineForward on the H200: a TIMEOUT here is not a hazard (docs/perf.md).
+FP4MOE_SERIAL_STREAM=0 sanitize memcheck sanitize_memcheck.log memcheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
+FP4MOE_SERIAL_STREAM=1 sanitize racecheck sanitize_racecheck.log racecheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
+# racecheck of every sm90 tactic on the tactics test's shapes (longer reductions and more rows than the
+# Sanitize.* cases), one GEMM at a time and chained: it reports hazards the Sanitize.* cases do not, with
+# this and the previous commit's kernels (open; docs/perf.md, "Latest run")
+sanitize "racecheck (sm90 tactics)" sanitize_racecheck_sm90.log racecheck "$stage/tests/sm90_tactics_test" \
+  --gtest_filter='*EveryTactic*:*Chained*'
 
 # 3. benchmark (the engine's own choice, then the portable family alone) + PyTorch peer, same run
 tokens=${BENCH_TOKENS:-1,8,32,128,512,2048,8192}

@@ -101,6 +101,15 @@ class GroupedGemmTactic {
   virtual Status init(const GemmProblem& p) = 0;
   virtual size_t workspace_bytes(const GemmProblem& p) const = 0;
   virtual Status run(const GroupedGemmArgs& args, Stream stream) const = 0;
+  // FC1 (SwiGLU) and then FC2 on FC1's output rows in one launch, where the family can (can_chain(),
+  // after init): the same experts and expert_offsets, fc2.a == fc1.out, FC2's rows contiguous. The
+  // workspace is the one workspace_bytes() sized for the larger of the two problems. Otherwise
+  // kUnsupported, and the caller runs the two GEMMs.
+  virtual bool can_chain() const { return false; }
+  virtual Status run_chained(const GroupedGemmArgs& fc1, const GroupedGemmArgs& fc2, Stream stream) const {
+    (void)fc1, (void)fc2, (void)stream;
+    return Status(StatusCode::kUnsupported, desc().name + ": no chained FC1 -> FC2 launch");
+  }
 };
 
 // Converting canonical device weights into a family's layout, once at engine creation (CUDA builds).

@@ -40,6 +40,7 @@ struct BucketTactics {
   GroupedGemmTactic* fc2 = nullptr;
   GroupedGemmTactic* shared_fc1 = nullptr;  // null when the shared expert is absent or bf16
   GroupedGemmTactic* shared_fc2 = nullptr;
+  bool chain = false;  // the routed FC1 and FC2 in one launch (GroupedGemmTactic::run_chained)
 };
 
 GemmProblem sized(const GemmProblem& shape, int64_t rows, int64_t max_rows_per_expert) {
@@ -120,21 +121,31 @@ class CudaMoeEngine final : public MoeEngine {
     // The tuner's buckets were measured on the whole layer: with expert parallelism they are ignored (a
     // forced tactic, else the heuristic on the rank's expected rows).
     const bool use_tuned = shard_.is_whole();
+    // The routed FC1 and FC2 as one launch (GroupedGemmTactic::run_chained) where the two use the same
+    // tactic and the problem is decode-sized (prefer_chained; docs/perf.md, sm90 steps 18-21). Not the
+    // shared expert: on its side stream a chained launch holds SM slots with CTAs waiting for FC1 while
+    // the routed GEMMs need them (GLM-5 T = 32 forward 921 against 896 us). FP4MOE_CHAIN=0 keeps two
+    // launches (the control).
+    const char* chain_env = std::getenv("FP4MOE_CHAIN");
+    const bool chain_ok = !(chain_env && std::string(chain_env) == "0");
     for (int64_t b : buckets_) {
       BucketTactics bt;
       const int64_t rows = b * cfg_.topk;
       const int64_t expected = std::max<int64_t>(1, (rows + shard_.size - 1) / shard_.size);
-      bt.fc1 = choose(w_.fc1, rows, expected, b, opts_.fc1_tactic,
-                      use_tuned ? tuned_for(opts_.fc1_by_bucket, b) : std::string());
-      bt.fc2 = choose(w_.fc2, rows, expected, b, opts_.fc2_tactic,
-                      use_tuned ? tuned_for(opts_.fc2_by_bucket, b) : std::string());
+      const std::string tuned1 = use_tuned ? tuned_for(opts_.fc1_by_bucket, b) : std::string();
+      const std::string tuned2 = use_tuned ? tuned_for(opts_.fc2_by_bucket, b) : std::string();
+      bt.fc1 = choose(w_.fc1, rows, expected, b, opts_.fc1_tactic, tuned1);
+      bt.fc2 = choose(w_.fc2, rows, expected, b, opts_.fc2_tactic, tuned2);
+      bt.chain = chain_ok && bt.fc1 == bt.fc2 && bt.fc1->can_chain() &&
+                 prefer_chained(sized(w_.fc1.shape, expected, b), sized(w_.fc2.shape, expected, b));
       if (shared_nvfp4) {
         bt.shared_fc1 = choose(w_.shared_fc1, b, b, b, opts_.fc1_tactic, "");
         bt.shared_fc2 = choose(w_.shared_fc2, b, b, b, opts_.fc2_tactic, "");
       }
       tactics_.push_back(bt);
       if (std::getenv("FP4MOE_PRINT_TACTICS"))
-        log::info("engine", "tokens<={}: fc1 {} fc2 {}{}", b, bt.fc1->desc().name, bt.fc2->desc().name,
+        log::info("engine", "tokens<={}: fc1 {} fc2 {}{}{}", b, bt.fc1->desc().name, bt.fc2->desc().name,
+                  bt.chain ? " (chained)" : "",
                   shared_nvfp4 ? fmt::format(" shared {} / {}", bt.shared_fc1->desc().name, bt.shared_fc2->desc().name)
                                : std::string());
     }
@@ -309,7 +320,6 @@ class CudaMoeEngine final : public MoeEngine {
     a1.tensor_scales = w_.fc1.tensor_scales.as<float>();
     a1.out = ptrs_.h1;
     a1.workspace = ptrs_.tactic;
-    if ((st = bt.fc1->run(a1, stream)), !st.is_ok()) return st;
     GroupedGemmArgs a2;
     a2.problem = sized(w_.fc2.shape, T * K, T);
     a2.expert_offsets = ptrs_.offsets;
@@ -319,6 +329,8 @@ class CudaMoeEngine final : public MoeEngine {
     a2.tensor_scales = w_.fc2.tensor_scales.as<float>();
     a2.out = ptrs_.y;
     a2.workspace = ptrs_.tactic;
+    if (bt.chain) return bt.fc1->run_chained(a1, a2, stream);
+    if ((st = bt.fc1->run(a1, stream)), !st.is_ok()) return st;
     return bt.fc2->run(a2, stream);
 
   }

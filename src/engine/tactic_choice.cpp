@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace fp4moe::engine {
 
@@ -93,6 +94,23 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   }
   if (first_ok) return sparse ? deepest_ok : first_ok;
   return most_stages ? most_stages : best;
+}
+
+double expected_touched_bytes(const GemmProblem& fc1, const GemmProblem& fc2) {
+  const double experts = static_cast<double>(std::max<int64_t>(1, fc1.num_experts));
+  const double rows = static_cast<double>(std::max<int64_t>(0, fc1.total_rows));
+  const double active = experts * (1.0 - std::exp(-rows / experts));
+  const double weights = static_cast<double>(weight_rows(fc1)) * static_cast<double>(fc1.k) +
+                         static_cast<double>(weight_rows(fc2)) * static_cast<double>(fc2.k);
+  return active * weights * (0.5 + 1.0 / 16.0);  // 4-bit codes + one E4M3 scale per 16
+}
+
+bool prefer_chained(const GemmProblem& fc1, const GemmProblem& fc2) {
+  if (fc1.total_rows <= 0) return false;
+  const double experts = static_cast<double>(std::max<int64_t>(1, fc1.num_experts));
+  const double rows = static_cast<double>(fc1.total_rows);
+  const double per_active = rows / (experts * (1.0 - std::exp(-rows / experts)));
+  return expected_touched_bytes(fc1, fc2) < kChainMaxBytes && per_active <= kChainMaxRowsPerExpert;
 }
 
 Status choose_tactic(const GemmProblem& p, const DeviceCaps& caps, const TacticRequest& req, GroupedGemmTactic** out,

@@ -30,4 +30,20 @@ Status choose_tactic(const GemmProblem& problem, const DeviceCaps& caps, const T
 // deepest such stage), else the one with the most stages.
 const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable, const GemmProblem& problem);
 
+// Weight bytes (NVFP4 codes + E4M3 block scales) that FC1 and FC2 are expected to read together under
+// uniform routing: E * (1 - exp(-rows / E)) active experts of the FC1 problem's rows.
+double expected_touched_bytes(const GemmProblem& fc1, const GemmProblem& fc2);
+
+// Whether FC1 and FC2 should run as one chained launch (GroupedGemmTactic::run_chained): decode-sized
+// problems, whose expected weight traffic is below kChainMaxBytes and whose active experts expect at
+// most kChainMaxRowsPerExpert rows. The chained launch removes a kernel boundary (the FC1 tail overlaps
+// FC2's first weight copies) but its per-item code measured 1.5-3% slower on long problems. Whole
+// forwards on the H200 against FP4MOE_CHAIN=0 in the same call (docs/perf.md, sm90 steps 18-21): faster
+// chained for GLM-5 at T = 1 (about 1 expected row per active expert) and the TP8 shard at T = 32 (1.6),
+// no better for GLM-5 at T = 8 (1.1), slower for the TP8 shard at T = 128 (4), GLM-5 at T >= 32 (1.6
+// rows but 3.4 GB) and prefill.
+constexpr double kChainMaxBytes = 2e9;
+constexpr double kChainMaxRowsPerExpert = 2;
+bool prefer_chained(const GemmProblem& fc1, const GemmProblem& fc2);
+
 }  // namespace fp4moe::engine

@@ -81,5 +81,31 @@ TEST_F(HeuristicTest, WideRowsTakeTheLargestTileAndTheFallbackOnlyAlone) {
   EXPECT_EQ(heuristic_choice({}, problem(6144, 64, 256)), nullptr);
 }
 
+// The chained FC1 -> FC2 launch is preferred while the expected weight traffic of the two GEMMs stays
+// below kChainMaxBytes and the active experts expect at most 2 rows: GLM-5 (H 6144, I 2048, 256
+// experts, top-8) at T = 1 and 8, its TP8 shard (I = 256) up to T = 32; not GLM-5 at T = 32 and beyond,
+// the TP8 shard at T = 128, nor prefill.
+TEST(ChainTest, SmallTrafficChainsLargeDoesNot) {
+  auto fc1 = [](int64_t inter, int64_t tokens) {
+    return GemmProblem{GemmOp::kFc1SwiGlu, 256, inter, 6144, tokens * 8, tokens};
+  };
+  auto fc2 = [](int64_t inter, int64_t tokens) { return GemmProblem{GemmOp::kFc2, 256, 6144, inter, tokens * 8, tokens}; };
+  // T = 1: about 8 active experts x 3 x 2048 x 6144 weights x 0.5625 bytes = 0.17 GB.
+  EXPECT_NEAR(expected_touched_bytes(fc1(2048, 1), fc2(2048, 1)), 0.167e9, 0.01e9);
+  EXPECT_TRUE(prefer_chained(fc1(2048, 1), fc2(2048, 1)));
+  EXPECT_TRUE(prefer_chained(fc1(2048, 8), fc2(2048, 8)));
+  EXPECT_FALSE(prefer_chained(fc1(2048, 32), fc2(2048, 32)));
+  EXPECT_FALSE(prefer_chained(fc1(2048, 8192), fc2(2048, 8192)));
+  for (int64_t t : {1, 8, 32}) EXPECT_TRUE(prefer_chained(fc1(256, t), fc2(256, t))) << "TP8 T=" << t;
+  EXPECT_FALSE(prefer_chained(fc1(256, 128), fc2(256, 128)));  // 4 rows per active expert
+  EXPECT_FALSE(prefer_chained(fc1(2048, 0), fc2(2048, 0)));  // nothing to run
+  // One expert holding all T rows: chained for a single row, not for many.
+  const GemmProblem s1{GemmOp::kFc1SwiGlu, 1, 2048, 6144, 1, 1}, s2{GemmOp::kFc2, 1, 6144, 2048, 1, 1};
+  EXPECT_TRUE(prefer_chained(s1, s2));
+  GemmProblem b1 = s1, b2 = s2;
+  b1.total_rows = b2.total_rows = 64;
+  EXPECT_FALSE(prefer_chained(b1, b2));
+}
+
 }  // namespace
 }  // namespace fp4moe::engine

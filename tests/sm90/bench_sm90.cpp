@@ -4,7 +4,8 @@
 // reading the token rows from a copy already in grouped order, as the engine does for wide token tiles:
 // contiguous rows, loaded by TMA) and on FC2 (contiguous) with CUDA-graph replay; then the best pair:
 // the best FC1 or, when faster, the gathered copy (the engine's gather_rows kernel, timed inside the
-// pair) + the best fc1c, then the best FC2.
+// pair) + the best fc1c, then the best FC2; and per tactic FC1 chained into FC2 in one launch (the
+// copy included), beside the same tactic's two launches.
 //   touched bytes = active experts * (2I*H + H*I) * 0.5625   (codes + E4M3 scales)
 //   FLOPs         = 2 * T * topk * 3 * I * H
 // Weights are filled with a constant byte pattern: the kernel's work does not depend on the values
@@ -165,7 +166,12 @@ int run(int argc, char** argv) {
   SM90_CUDA_OK(cudaMemset(w2.get(), 0x37, w2.size()));
   const int64_t max_tokens = max_rows / kTopk;
   DeviceBuffer x(max_tokens * kH * 2), h(max_rows * I * 2), y(max_rows * kH * 2), off((kE + 1) * 4),
-      idx(max_rows * 4), ts1(kE * 2 * 4), ts2(kE * 4), xg(max_rows * kH * 2), ws(256);
+      idx(max_rows * 4), ts1(kE * 2 * 4), ts2(kE * 4), xg(max_rows * kH * 2),
+      ws([&] {
+        size_t b = 16;
+        for (auto& t : tactics) b = std::max({b, t->workspace_bytes(p1), t->workspace_bytes(p2)});
+        return b;
+      }());
   SM90_CUDA_OK(cudaMemset(ws.get(), 0, ws.size()));  // the tactics' work counters
   SM90_CUDA_OK(cudaMemset(x.get(), 0x3c, x.size()));
   SM90_CUDA_OK(cudaMemset(ts1.get(), 0, ts1.size()));
@@ -262,6 +268,45 @@ int run(int argc, char** argv) {
     fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  (fc1 {}{}, fc2 {})\n", T, "fc1+fc2",
                r.active, "best pair", ms * 1e3, tbs, (flops1 + flops2) / (ms * 1e-3) / 1e12, pct(tbs),
                names[use_copy ? 1 : 0], use_copy ? " on the gathered copy, copy included" : "", names[2]);
+    // FC1 chained into FC2 in one launch (run_chained), on the gathered copy, the copy included; against
+    // the same tactic's two launches (copy + fc1c + fc2) in the same graph form.
+    double best_chain = 1e30;
+    std::string best_chain_name;
+    for (auto& t : tactics) {
+      if (!t->can_chain()) continue;
+      Status st;
+      const double ms_chain = time_graph(
+          [&](cudaStream_t st_) {
+            gather_copy(st_);
+            st = t->run_chained(a1c, a2, st_);
+          },
+          iters, s);
+      const double ms_two = time_graph(
+          [&](cudaStream_t st_) {
+            gather_copy(st_);
+            (void)t->run(a1c, st_);
+            (void)t->run(a2, st_);
+          },
+          iters, s);
+      if (!st.is_ok()) {
+        fmt::print("{}: {}\n", t->desc().name, st.to_string());
+        return 1;
+      }
+      const double tbs_chain = (bytes1 + bytes2) / (ms_chain * 1e-3) / 1e12;
+      fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  (two launches {:.1f} us)\n", T, "chain",
+                 r.active, t->desc().name, ms_chain * 1e3, tbs_chain, (flops1 + flops2) / (ms_chain * 1e-3) / 1e12,
+                 pct(tbs_chain), ms_two * 1e3);
+      if (ms_chain < best_chain) {
+        best_chain = ms_chain;
+        best_chain_name = t->desc().name;
+      }
+    }
+    if (!best_chain_name.empty()) {
+      const double tbs_chain = (bytes1 + bytes2) / (best_chain * 1e-3) / 1e12;
+      fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  ({}; best pair {:.1f} us)\n", T,
+                 "fc1>fc2", r.active, "best chain", best_chain * 1e3, tbs_chain,
+                 (flops1 + flops2) / (best_chain * 1e-3) / 1e12, pct(tbs_chain), best_chain_name, ms * 1e3);
+    }
   }
   SM90_CUDA_OK(cudaDeviceSynchronize());
   return 0;

@@ -4,7 +4,8 @@
 // Outputs are poisoned with 0xD5 first; rows past offsets[E] must stay poisoned. The reference uses
 // the same dequantised weights (e2m1 * e4m3, tensor scale in fp32) and the rounding points of
 // reference.h (R3, R4), so only kernel error is measured: relative L2 <= 5e-3. Also: the device pack
-// equals the CPU description byte for byte, and shapes a tactic cannot do are refused by check().
+// equals the CPU description byte for byte, and shapes a tactic cannot do are refused by check(). The
+// chained FC1 -> FC2 launch gives the same bytes as the two launches and leaves its counters at zero.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "fp4moe/device_caps.h"
@@ -151,6 +153,129 @@ std::vector<Case> cases() {
   };
 }
 
+// A GEMM's weights on the device in the sm90 layout, with their CPU copy for the reference.
+struct DeviceGemm {
+  GemmProblem p;
+  sm90test::RandomWeights w;
+  std::unique_ptr<DeviceBuffer> packed, ts;
+};
+
+DeviceGemm device_gemm(const GemmProblem& p, std::mt19937& rng) {
+  DeviceGemm g;
+  g.p = p;
+  g.w = sm90test::random_weights(p, rng);
+  const WeightLayoutOps* ops = sm90_weight_layout_ops();
+  DeviceBuffer canon(g.w.canonical.size());
+  canon.upload(g.w.canonical.data(), g.w.canonical.size());
+  g.packed = std::make_unique<DeviceBuffer>(ops->bytes(p));
+  g.ts = std::make_unique<DeviceBuffer>(g.w.tensor_scales.size() * 4);
+  g.ts->upload(g.w.tensor_scales.data(), g.w.tensor_scales.size() * 4);
+  const Status st = ops->pack(p, canon.get(), g.packed->get(), nullptr);
+  if (!st.is_ok()) throw std::runtime_error(st.to_string());
+  SM90_CUDA_OK(cudaDeviceSynchronize());
+  return g;
+}
+
+std::vector<uint16_t> download_bf16(const DeviceBuffer& b) {
+  std::vector<uint16_t> v(b.size() / 2);
+  b.download(v.data(), b.size());
+  return v;
+}
+
+// FC1 then FC2 on FC1's rows as one chained launch (run_chained) against the two launches and the CPU
+// reference: the same bytes in h1 and y, rows past offsets[E] untouched, y within 5e-3 relative L2 of
+// the reference computed on h1, and the workspace counters back at zero after each of three launches
+// (so graph replays start clean).
+void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, const std::vector<int>& rows,
+                      bool gather, uint32_t seed) {
+  std::string rs;
+  for (int x : rows) rs += std::to_string(x) + ",";
+  SCOPED_TRACE(fmt::format("{} chained I={} H={} rows=[{}] gather={}", tactic.desc().name, inter, hidden, rs, gather));
+  const int64_t E = static_cast<int64_t>(rows.size());
+  std::vector<int32_t> offsets(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + rows[e];
+  const int64_t used = offsets[E], total = used + 3;
+  const GemmProblem p1{GemmOp::kFc1SwiGlu, E, inter, hidden, total, total};
+  const GemmProblem p2{GemmOp::kFc2, E, hidden, inter, total, total};
+  const DeviceCaps caps = query_device_caps(0);
+  for (const GemmProblem* p : {&p1, &p2}) ASSERT_TRUE(tactic.check(*p, caps).ok) << tactic.check(*p, caps).reason;
+  ASSERT_TRUE(tactic.init(p1).is_ok());
+  ASSERT_TRUE(tactic.can_chain());
+  std::mt19937 rng(seed);
+  const DeviceGemm g1 = device_gemm(p1, rng), g2 = device_gemm(p2, rng);
+  const int64_t tokens = gather ? used / 2 + 3 : total;
+  std::vector<uint16_t> x(static_cast<size_t>(tokens * hidden));
+  std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
+  for (auto& v : x) v = f32_to_bf16_bits(ux(rng));
+  std::vector<int32_t> row_index(static_cast<size_t>(total));
+  for (auto& r : row_index) r = static_cast<int32_t>(rng() % tokens);
+  DeviceBuffer d_x(x.size() * 2), d_off(offsets.size() * 4), d_idx(row_index.size() * 4),
+      d_h(static_cast<size_t>(total * inter * 2)), d_y(static_cast<size_t>(total * hidden * 2)),
+      d_ws(std::max(tactic.workspace_bytes(p1), tactic.workspace_bytes(p2)));
+  d_x.upload(x.data(), x.size() * 2);
+  d_off.upload(offsets.data(), offsets.size() * 4);
+  d_idx.upload(row_index.data(), row_index.size() * 4);
+  SM90_CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.size()));
+  GroupedGemmArgs a1, a2;
+  a1.problem = p1;
+  a1.expert_offsets = static_cast<const int32_t*>(d_off.get());
+  a1.a = static_cast<const uint16_t*>(d_x.get());
+  a1.a_row_index = gather ? static_cast<const int32_t*>(d_idx.get()) : nullptr;
+  a1.a_ld = hidden;
+  a1.weights = g1.packed->get();
+  a1.tensor_scales = static_cast<const float*>(g1.ts->get());
+  a1.out = static_cast<uint16_t*>(d_h.get());
+  a1.workspace = d_ws.get();
+  a2 = a1;
+  a2.problem = p2;
+  a2.a = a1.out;
+  a2.a_row_index = nullptr;
+  a2.a_ld = inter;
+  a2.weights = g2.packed->get();
+  a2.tensor_scales = static_cast<const float*>(g2.ts->get());
+  a2.out = static_cast<uint16_t*>(d_y.get());
+  auto poison = [&] {
+    SM90_CUDA_OK(cudaMemset(d_h.get(), 0xD5, d_h.size()));
+    SM90_CUDA_OK(cudaMemset(d_y.get(), 0xD5, d_y.size()));
+  };
+  poison();
+  ASSERT_TRUE(tactic.run(a1, nullptr).is_ok());
+  ASSERT_TRUE(tactic.run(a2, nullptr).is_ok());
+  SM90_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> h_two = download_bf16(d_h), y_two = download_bf16(d_y);
+  for (int launch = 0; launch < 3; ++launch) {
+    poison();
+    const Status st = tactic.run_chained(a1, a2, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    SM90_CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_TRUE(download_bf16(d_h) == h_two) << "launch " << launch << ": chained FC1 rows differ from FC1 alone";
+    ASSERT_TRUE(download_bf16(d_y) == y_two) << "launch " << launch << ": chained FC2 rows differ from FC2 alone";
+    std::vector<int32_t> ws(d_ws.size() / 4);
+    d_ws.download(ws.data(), ws.size() * 4);
+    ASSERT_TRUE(std::all_of(ws.begin(), ws.end(), [](int32_t v) { return v == 0; }))
+        << "launch " << launch << ": counters not reset";
+  }
+  for (int64_t i = used * inter; i < total * inter; ++i) ASSERT_EQ(h_two[i], 0xD5D5) << "h1 past offsets[E] written";
+  for (int64_t i = used * hidden; i < total * hidden; ++i) ASSERT_EQ(y_two[i], 0xD5D5) << "y past offsets[E] written";
+  // Reference: FC1 on the token rows, FC2 on the device's h1 rows.
+  std::vector<float> ref1(static_cast<size_t>(used * inter)), got1(ref1.size()), ref2(static_cast<size_t>(used * hidden)),
+      got2(ref2.size()), in(static_cast<size_t>(std::max(inter, hidden)));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      const int64_t src = gather ? row_index[r] : r;
+      for (int64_t k = 0; k < hidden; ++k) in[k] = bf16_bits_to_f32(x[src * hidden + k]);
+      sm90test::reference_row(p1, g1.w, e, in.data(), ref1.data() + r * inter);
+      for (int64_t k = 0; k < inter; ++k) in[k] = bf16_bits_to_f32(h_two[r * inter + k]);
+      sm90test::reference_row(p2, g2.w, e, in.data(), ref2.data() + r * hidden);
+    }
+  for (size_t i = 0; i < got1.size(); ++i) got1[i] = bf16_bits_to_f32(h_two[i]);
+  for (size_t i = 0; i < got2.size(); ++i) got2[i] = bf16_bits_to_f32(y_two[i]);
+  const double e1 = relative_l2_error(got1.data(), ref1.data(), used * inter);
+  const double e2 = relative_l2_error(got2.data(), ref2.data(), used * hidden);
+  EXPECT_LE(e1, 5e-3) << "FC1 relative L2 error " << e1;
+  EXPECT_LE(e2, 5e-3) << "FC2 relative L2 error " << e2;
+}
+
 class Sm90Tactics : public ::testing::Test {
  protected:
   static std::vector<std::unique_ptr<GroupedGemmTactic>>& tactics() {
@@ -167,6 +292,27 @@ TEST_F(Sm90Tactics, EveryTacticMatchesReference) {
   ASSERT_FALSE(tactics().empty());
   for (auto& t : tactics())
     for (const Case& c : cases()) run_case(*t, c);
+}
+
+TEST_F(Sm90Tactics, ChainedLaunchMatchesTwoLaunchesAndReference) {
+  for (auto& t : tactics()) {
+    run_chained_case(*t, 80, 208, {0, 1, 37, 8, 130, 3, 0, 300}, true, 21);
+    run_chained_case(*t, 256, 1024, {5, 64, 0, 17, 1}, false, 22);
+    run_chained_case(*t, 96, 512, {1, 0, 0, 2, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3}, false, 23);
+  }
+}
+
+TEST_F(Sm90Tactics, ChainedLaunchRefusesMismatchedGemms) {
+  for (auto& t : tactics()) {
+    const GemmProblem p1{GemmOp::kFc1SwiGlu, 4, 128, 256, 16, 16};
+    ASSERT_TRUE(t->init(p1).is_ok());
+    GroupedGemmArgs a1, a2;
+    a1.problem = p1;
+    a2.problem = GemmProblem{GemmOp::kFc2, 4, 256, 64, 16, 16};  // K 64 is not FC1's N 128
+    const Status st = t->run_chained(a1, a2, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("chained"), std::string::npos) << st.to_string();
+  }
 }
 
 TEST_F(Sm90Tactics, DescriptorsMatchRegistrationAndCompiler) {

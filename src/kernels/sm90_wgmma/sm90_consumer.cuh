@@ -105,6 +105,15 @@ constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 ? Cfg::kChunksPerSt
 template <class Cfg>
 constexpr bool pipelined_consumer() { return !FP4MOE_SM90_SERIAL_STAGES && Cfg::kChunksPerStage >= 2; }
 
+// A consumer warp's release of a stage: lane 0 arrives on its empty barrier (8 arrivals free the stage)
+// after a __syncwarp, which orders the other 31 lanes' reads of the stage before the arrive in the
+// memory model, not only by the warp's lockstep, so the producer's next copy into the stage cannot
+// overtake them.
+__device__ __forceinline__ void release_stage(uint64_t* empty, int tid) {
+  __syncwarp();
+  if ((tid & 31) == 0) mbar_arrive(empty);
+}
+
 // One packed k64 chunk kb of the stage at `st` (wgmma descriptor desc0 of its token tile): dequantise each
 // of the consumer's 64-row tiles into `a`, then issue the chunk's four k16 wgmmas per tile, k16 step s
 // into accumulator set (set0 + s) % kSets. Both schedules below are built from it.
@@ -153,7 +162,7 @@ __device__ __forceinline__ void consume_body(
     // if it was the stage's last chunk; in the first body groups j - kB < 0 do not exist.
     wgmma_wait<kB - 1>();
     if (((j - kB + kBody) % kC) == kC - 1 && (j >= kB || !kFirst)) {
-      if ((tid & 31) == 0) mbar_arrive(&empty[release]);
+      release_stage(&empty[release], tid);
       if (++release == Cfg::kStages) release = 0;
     }
     issue_chunk<Cfg>(st, desc0, kb, j * 4, first_tile, tid, acc, a[b]);
@@ -183,7 +192,7 @@ __device__ __forceinline__ void consume_serial(
     for (int kb = 0; kb < kC; ++kb) issue_chunk<Cfg>(st, desc0, kb, kb * 4, first_tile, tid, acc, a[kb]);
     wgmma_commit();
     wgmma_wait<0>();
-    if ((tid & 31) == 0) mbar_arrive(&empty[stage]);
+    release_stage(&empty[stage], tid);
     if (++stage == Cfg::kStages) {
       stage = 0;
       phase ^= 1u;
@@ -219,7 +228,7 @@ __device__ __forceinline__ void consume_pipelined(
   wgmma_wait<0>();
 #pragma unroll
   for (int h = 0; h < kHeld; ++h) {
-    if ((tid & 31) == 0) mbar_arrive(&empty[release]);
+    release_stage(&empty[release], tid);
     if (++release == Cfg::kStages) release = 0;
   }
 }

@@ -69,6 +69,12 @@ Status encode_token_map(const uint16_t* a, int64_t rows, int64_t k, int64_t a_ld
   return Status::ok();
 }
 
+// FP4MOE_SM90_STATIC_SCHEDULE=1: the static stride instead of the work counter (sm90_scheduler.cuh).
+bool static_schedule_requested() {
+  const char* fixed = std::getenv("FP4MOE_SM90_STATIC_SCHEDULE");
+  return fixed && *fixed && std::string(fixed) != "0";
+}
+
 template <int BM, int BN, int BK, int STAGES, int CTAS>
 class Sm90Tactic final : public GroupedGemmTactic {
  public:
@@ -89,15 +95,14 @@ class Sm90Tactic final : public GroupedGemmTactic {
 
   Status init(const GemmProblem& p) override {
     (void)p;
-    const char* fixed = std::getenv("FP4MOE_SM90_STATIC_SCHEDULE");
-    static_schedule_ = fixed && *fixed && std::string(fixed) != "0";
+    static_schedule_ = static_schedule_requested();
     int dev = 0;
     Status s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice", desc_.name);
     if (!s) return s;
     s = cuda_status(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev),
                     "cudaDeviceGetAttribute(MultiProcessorCount)", desc_.name);
     if (!s) return s;
-    for (auto* fn : {kernel_fc1(), kernel_fc2()}) {
+    for (auto* fn : {kernel_fc1(), kernel_fc2(), kernel_chain()}) {
       s = cuda_status(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
                       "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
       if (!s) return s;
@@ -114,11 +119,70 @@ class Sm90Tactic final : public GroupedGemmTactic {
     return Status::ok();
   }
 
-  // Two int counters of the dynamic work schedule (sm90_scheduler.cuh): zero before the first run, left
-  // zero by every run. A null workspace runs the static schedule.
-  size_t workspace_bytes(const GemmProblem&) const override { return 2 * sizeof(int); }
+  // The counters of the dynamic work schedule (sm90_scheduler.cuh): two ints, then for a chained launch
+  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles). Zero before the first run, left zero by every
+  // run. A null workspace runs the static schedule (and cannot chain).
+  size_t workspace_bytes(const GemmProblem& p) const override {
+    return sizeof(int) * static_cast<size_t>(3 + p.total_rows / BN + p.num_experts + 1);
+  }
+
+  // Known before init(): the engine picks tactics for a chained launch before it initialises them.
+  bool can_chain() const override { return !static_schedule_requested(); }
 
   Status run(const GroupedGemmArgs& args, Stream stream) const override {
+    const GemmProblem& p = args.problem;
+    LaunchParams prm;
+    Status st = fill_op(args, &prm.op[0]);
+    if (!st || p.total_rows == 0) return st;
+    if ((reinterpret_cast<uintptr_t>(args.workspace) & 3) != 0)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: the workspace (the work counters) must be 4-byte aligned", desc_.name));
+    // The dynamic schedule needs the workspace's counters; without a workspace, or with
+    // FP4MOE_SM90_STATIC_SCHEDULE=1, the static stride (sm90_scheduler.cuh).
+    prm.counters = static_schedule_ ? nullptr : static_cast<int*>(args.workspace);
+    const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
+    return launch(fc1 ? kernel_fc1() : kernel_fc2(), prm, max_items(p, prm.op[0].tiles64), stream);
+  }
+
+  Status run_chained(const GroupedGemmArgs& a1, const GroupedGemmArgs& a2, Stream stream) const override {
+    const GemmProblem &p1 = a1.problem, &p2 = a2.problem;
+    if (static_schedule_ || !can_chain())
+      return Status(StatusCode::kUnsupported,
+                    fmt::format("{}: no chained launch with the static schedule (FP4MOE_SM90_STATIC_SCHEDULE)", desc_.name));
+    if (p1.op != GemmOp::kFc1SwiGlu || p2.op != GemmOp::kFc2 || p1.num_experts != p2.num_experts ||
+        p1.total_rows != p2.total_rows || a1.expert_offsets != a2.expert_offsets || a2.a != a1.out ||
+        a2.a_row_index != nullptr || p2.k != p1.n || a2.a_ld != p1.n)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: a chained launch needs FC1 {} then FC2 {} over the same experts, offsets and "
+                                "rows, FC2 reading FC1's output contiguously (a = FC1's out, a_ld = K = FC1's N)",
+                                desc_.name, p1.to_string(), p2.to_string()));
+    if (args_null_or_misaligned(a1.workspace))
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: a chained launch needs the 4-byte aligned workspace (its tile counters)", desc_.name));
+    LaunchParams prm;
+    Status st = fill_op(a1, &prm.op[0]);
+    if (st) st = fill_op(a2, &prm.op[1]);
+    if (!st || p1.total_rows == 0) return st;
+    prm.counters = static_cast<int*>(a1.workspace);
+    return launch(kernel_chain(), prm, max_items(p1, prm.op[0].tiles64) + max_items(p2, prm.op[1].tiles64), stream);
+  }
+
+ private:
+  using KernelFn = void (*)(LaunchParams);
+  static KernelFn kernel_fc1() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc1>; }
+  static KernelFn kernel_fc2() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc2>; }
+  static KernelFn kernel_chain() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kChain>; }
+
+  static bool args_null_or_misaligned(const void* ws) { return !ws || (reinterpret_cast<uintptr_t>(ws) & 3) != 0; }
+
+  // Upper bound on the work items of one GEMM: every expert may add a partial token tile.
+  static int64_t max_items(const GemmProblem& p, int tiles64) {
+    const int64_t mtiles = (tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    return (p.total_rows / BN + p.num_experts) * mtiles;
+  }
+
+  // Checks one GEMM's arguments and fills its kernel parameters (the token tensor map for contiguous rows).
+  Status fill_op(const GroupedGemmArgs& args, Params* out) const {
     const GemmProblem& p = args.problem;
     if (sm_count_ == 0)
       return Status(StatusCode::kInvalidArgument, fmt::format("{}: run() before init()", desc_.name));
@@ -130,16 +194,9 @@ class Sm90Tactic final : public GroupedGemmTactic {
                     fmt::format("{}: needs 16-byte aligned activations and weights and a_ld a multiple of 8 "
                                 "elements >= K (a_ld {}, K {})",
                                 desc_.name, args.a_ld, p.k));
-    if (p.total_rows == 0) return Status::ok();
-    if ((reinterpret_cast<uintptr_t>(args.workspace) & 3) != 0)
-      return Status(StatusCode::kInvalidArgument,
-                    fmt::format("{}: the workspace (the work counters) must be 4-byte aligned", desc_.name));
     const PackGeometry g = pack_geometry(p);
-    Params prm;
+    Params& prm = *out;
     prm.expert_offsets = args.expert_offsets;
-    // The dynamic schedule needs the workspace's counters; without a workspace, or with
-    // FP4MOE_SM90_STATIC_SCHEDULE=1, the static stride (sm90_scheduler.cuh).
-    prm.counters = static_schedule_ ? nullptr : static_cast<int*>(args.workspace);
     prm.a = args.a;
     prm.a_row_index = args.a_row_index;
     prm.a_ld = args.a_ld;
@@ -151,25 +208,21 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm.k = static_cast<int>(p.k);
     prm.tiles64 = static_cast<int>(g.tiles);
     prm.kchunks = static_cast<int>(g.kchunks);
-    if (args.a_row_index == nullptr) {  // contiguous rows: the producer loads tokens with TMA
+    if (args.a_row_index == nullptr && p.total_rows > 0) {  // contiguous rows: the producer loads tokens with TMA
       Status st = encode_token_map(args.a, p.total_rows, p.k, args.a_ld, BN, &prm.tok_map, desc_.name);
       if (!st) return st;
       prm.tok_tma = 1;
     }
-    auto* fn = p.op == GemmOp::kFc1SwiGlu ? kernel_fc1() : kernel_fc2();
-    // Upper bound on work items: every expert may add a partial token tile.
-    const int64_t mtiles = (g.tiles + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-    const int64_t max_items = (p.total_rows / BN + p.num_experts) * mtiles;
+    return Status::ok();
+  }
+
+  Status launch(KernelFn fn, const LaunchParams& prm, int64_t max_items, Stream stream) const {
     const unsigned grid =
         static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(int64_t(sm_count_) * CTAS, max_items)));
     return cuda_status(launch_pdl(fn, dim3(grid), dim3(kThreads), Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream), prm),
                        "kernel launch", desc_.name);
   }
 
- private:
-  using KernelFn = void (*)(Params);
-  static KernelFn kernel_fc1() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, true>; }
-  static KernelFn kernel_fc2() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, false>; }
   TacticDesc desc_;
   int sm_count_ = 0;
   bool static_schedule_ = false;  // FP4MOE_SM90_STATIC_SCHEDULE
@@ -181,13 +234,18 @@ template <int BM, int BN, int BK, int STAGES, int CTAS>
 bool resources_if_named(const std::string& name, cudaFuncAttributes* out, Status* st) {
   if (name != tactic_name(BM, BN, BK, STAGES, CTAS)) return false;
   using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS>;
-  cudaFuncAttributes a{}, b{};
-  *st = cuda_status(cudaFuncGetAttributes(&a, &sm90_nvfp4w4a16_grouped_kernel<Cfg, true>), "cudaFuncGetAttributes", name);
+  cudaFuncAttributes a{}, b{}, c{};
+  *st = cuda_status(cudaFuncGetAttributes(&a, &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc1>),
+                    "cudaFuncGetAttributes", name);
   if (st->is_ok())
-    *st = cuda_status(cudaFuncGetAttributes(&b, &sm90_nvfp4w4a16_grouped_kernel<Cfg, false>), "cudaFuncGetAttributes", name);
+    *st = cuda_status(cudaFuncGetAttributes(&b, &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc2>),
+                      "cudaFuncGetAttributes", name);
+  if (st->is_ok())
+    *st = cuda_status(cudaFuncGetAttributes(&c, &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kChain>),
+                      "cudaFuncGetAttributes", name);
   *out = a;
-  out->numRegs = std::max(a.numRegs, b.numRegs);
-  out->localSizeBytes = std::max(a.localSizeBytes, b.localSizeBytes);
+  out->numRegs = std::max({a.numRegs, b.numRegs, c.numRegs});
+  out->localSizeBytes = std::max({a.localSizeBytes, b.localSizeBytes, c.localSizeBytes});
   return true;
 }
 

@@ -1,33 +1,44 @@
-// Producer of the sm90 family: one warp fills the stage ring (tile_config.h has the byte offsets).
+// Producers of the sm90 family: two warps fill the stage ring (tile_config.h has the byte offsets).
+//
+// Warp 0 (run_weight_producer) takes the work items and copies the weights; warp 1
+// (run_token_producer) copies the token rows. Both walk the same sequence of stages and wait on the
+// same empty barriers, so neither waits for the other's copies: the weight stream, which bounds decode,
+// never stops behind a token copy, a row lookup or (in a chained launch) a wait for FC1's rows.
 //
 // Work items come from a global counter (dynamic persistent schedule): CTA b starts with item b, and
-// lane 0 takes every further item with one atomicAdd, issued one item ahead so that its round trip
-// overlaps the current item's copies. Each item goes into the item ring in shared memory before the
-// arrive that fills the item's first stage, so the consumers read it after waiting on that stage (the
-// arrive releases, the wait acquires). When the items run out the producer writes -1 and completes one
-// more stage with no copies (33 plain arrivals): the consumers wake up, read -1 and leave. A CTA that
-// starts late (its SM busy with another kernel) simply takes fewer items. The last CTA to finish
-// resets the two counters (next item, CTAs done) to zero for the next launch (sm90_scheduler.cuh).
-// Without counters the items are b, b + gridDim.x, ..., through the same ring.
+// warp 0's lane 0 takes every further item with one atomicAdd, issued one item ahead so that its round
+// trip overlaps the current item's copies. Each item goes into the item ring in shared memory, and
+// lane 0 then arrives on the ring slot's item barrier (warp 1 waits on it) and, after its first copies,
+// on the item's first full barrier (the consumers read the item after waiting on that stage: the
+// arrive releases, the wait acquires). When the items run out warp 0 writes -1, which sends warp 1
+// home, and completes one more stage with no copies (33 plain arrivals): the consumers wake up, read
+// -1 and leave. A CTA that starts late (its SM busy with another kernel) simply takes fewer items.
+// Then the CTA counts itself done (a chained launch: after the consumers' last item); the last CTA
+// resets the counters to zero for the next launch (sm90_scheduler.cuh). Without counters the items
+// are b, b + gridDim.x, ..., through the same ring. Warp 0 runs at most STAGES items ahead of the
+// consumers and warp 1 never behind them, so the 16-slot item ring is not overrun.
 //
 // Per work item and stage (k range [k0, k0 + BK)), after the stage's empty barrier has completed:
-//   lane 0   arrive.expect_tx(full, weight bytes), then one bulk copy (TMA, cp.async.bulk) per valid
-//            64-row tile: the tile's BK/64 packed blocks are contiguous in global memory (expert, tile,
-//            chunk order), so one copy of BK/64 * 2304 bytes lands the whole tile slice. L2 policy
-//            evict-first: each weight byte is used once per token tile.
-//   lanes    16-byte cp.async of the token rows, chunk i = lane + 32j: row i / (BK/8), 16-byte column
+//   warp 0, lane 0  expect_tx(full, weight bytes + token bytes when they come by TMA), then one bulk copy
+//            (TMA, cp.async.bulk) per valid 64-row tile: the tile's BK/64 packed blocks are contiguous
+//            in global memory (expert, tile, chunk order), so one copy of BK/64 * 2304 bytes lands the
+//            whole tile slice; then one arrive. L2 policy evict-first: each weight byte is used once
+//            per token tile.
+//   warp 1   16-byte cp.async of the token rows, chunk i = lane + 32j: row i / (BK/8), 16-byte column
 //            i % (BK/8) (fixed per lane); row r reads x[a_row_index[r]] (FC1 gather) or x[r], looked up
-//            once per item into a BN-entry table in shared memory and read from it in batches of 4 or 8
-//            before the batch's copies are issued; stored swizzled (chunk c of a 128-byte row at
-//            c ^ (row % 8)). Past K the copy zero-fills; rows past the expert's
-//            end are not copied (their accumulator columns are never stored).
-//   all      cp.async.mbarrier.arrive.noinc(full): the full barrier expects 1 + 32 arrivals and the
+//            once per item into a BN-entry table in shared memory and read from it in batches of 4 or
+//            8 before the batch's copies are issued; stored swizzled (chunk c of a 128-byte row at
+//            c ^ (row % 8)). Past K the copy zero-fills; rows past the expert's end are not copied
+//            (their accumulator columns are never stored). Then every lane:
+//            cp.async.mbarrier.arrive.noinc(full). The full barrier expects 1 + 32 arrivals and the
 //            transaction bytes, so it completes when both the TMA bytes and every lane's copies landed.
 // Contiguous token rows (no row index: FC2, and FC1 on the engine's gathered copy) come through a TMA
-// tensor map instead: lane 0 issues one 2D copy per 64-wide k sub-tile (box 64 x BN, 128-byte swizzle,
-// rows past the tensor zero-filled) and adds its bytes to the expect_tx; the lanes then only arrive.
+// tensor map instead: warp 1's lane 0 issues one 2D copy per 64-wide k sub-tile (box 64 x BN, 128-byte
+// swizzle, rows past the tensor zero-filled; warp 0 counted their bytes); the lanes then only arrive.
 // Gathered rows (a_row_index: Hopper TMA has no gather) keep the cp.async path, which measured 36% of
 // the prefill time (docs/perf.md step 13); the engine avoids it with a gathered copy (step 15).
+// In a chained launch (FC1 then FC2, sm90_nvfp4w4a16_grouped.cuh), before an FC2 item's first token
+// copy warp 1 waits until FC1 has stored the rows of its token tile.
 #pragma once
 #include <cstdint>
 
@@ -39,13 +50,109 @@
 namespace fp4moe {
 namespace sm90 {
 
-template <class Cfg, class Params>
-__device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
-                             const int32_t* s_prefix, const int32_t* s_offsets, int32_t* s_rows, int32_t* s_items,
-                             int lane) {
+// Where item w of a launch lives: its op (0, or 1 for a chained launch's FC2) and its item within the op.
+template <class Cfg, LaunchMode kMode, class LaunchParams>
+struct ItemSpace {
+  int mtiles0, mtiles1, items0, total;
+  __device__ ItemSpace(const LaunchParams& p, const int32_t* s_prefix) {
+    const int tiles = s_prefix[p.op[0].num_experts];
+    mtiles0 = (p.op[0].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    mtiles1 = (p.op[1].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    items0 = tiles * mtiles0;
+    total = items0 + (kMode == LaunchMode::kChain ? tiles * mtiles1 : 0);
+  }
+  // Splits w into (op, item within the op); returns the op.
+  __device__ int split(int& w) const {
+    if (kMode == LaunchMode::kChain && w >= items0) {
+      w -= items0;
+      return 1;
+    }
+    return 0;
+  }
+  __device__ int mtiles(int o) const { return o ? mtiles1 : mtiles0; }
+};
+
+// Warp 0: the work items and the weight copies.
+template <class Cfg, LaunchMode kMode, class LaunchParams>
+__device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
+                                    uint64_t* item_bar, int32_t* s_prefix, int lane) {
+  const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
+  int32_t* s_items = s_prefix + 2 * (kMaxExperts + 1) + Cfg::kBN;
   const uint64_t policy = policy_evict_first();
-  const int nstages = p.kchunks / Cfg::kChunksPerStage;  // kchunks is a multiple (kPackKAlign)
-  const int total = s_prefix[p.num_experts];
+  const ItemSpace<Cfg, kMode, LaunchParams> space(p, s_prefix);
+  int stage = 0;
+  uint32_t phase = 0;
+  // Item j + 1 is fetched while item j is produced, so the atomic's round trip is off the critical path;
+  // the first item is blockIdx.x, with no fetch at all.
+  int w = blockIdx.x;
+  int fetched = fetch_work_item(p.counters, lane);
+  for (int j = 0;; ++j) {
+    if (j > 0) {
+      w = fetched_work_item(p.counters, fetched, w);
+      fetched = fetch_work_item(p.counters, lane);
+    }
+    if (w >= space.total) {
+      // No more work: the last fetch has returned (the CTA's done count follows the sentinel); warp 1
+      // goes home, and one empty stage carries the sentinel to the consumers.
+      (void)fetched_work_item(p.counters, fetched, w);
+      if (lane == 0) {
+        s_items[j % kItemRing] = -1;
+        mbar_arrive(&item_bar[j % kItemRing]);
+      }
+      mbar_wait(&empty[stage], phase ^ 1u);
+      __syncwarp();
+      mbar_arrive(&full[stage]);
+      if (lane == 0) mbar_arrive(&full[stage]);
+      if (kMode != LaunchMode::kChain && lane == 0) finish_work_items(p.counters, 0);
+      break;
+    }
+    if (lane == 0) {
+      s_items[j % kItemRing] = w;
+      mbar_arrive(&item_bar[j % kItemRing]);
+    }
+    int wl = w;
+    const int o = space.split(wl);
+    const auto& q = p.op[o];
+    const int nstages = q.kchunks / Cfg::kChunksPerStage;  // kchunks is a multiple (kPackKAlign)
+    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), wl);
+    const int tile0 = it.mtile * Cfg::kM64PerCta;
+    const int ntiles = min(Cfg::kM64PerCta, q.tiles64 - tile0);
+    const uint8_t* wsrc = q.weights + (static_cast<int64_t>(it.expert) * q.tiles64 + tile0) * q.kchunks * kPackBlockBytes;
+    const uint32_t tx = Cfg::kWeightTileBytes * ntiles + (q.tok_tma ? Cfg::kTokenBytes : 0);
+    for (int ks = 0; ks < nstages; ++ks) {
+      mbar_wait(&empty[stage], phase ^ 1u);
+      if (lane == 0) {
+        // Expect the bytes, issue the copies, then arrive: the arrive follows the copies in this thread,
+        // so compute-sanitizer's racecheck sees the copies ordered before the consumers' wait (with
+        // arrive.expect_tx ahead of the copies it reported the copies racing the consumers' reads).
+        uint8_t* st = smem + stage * Cfg::kStageBytes + Cfg::kTokenBytes;
+        mbar_expect_tx(&full[stage], tx);
+        const uint8_t* src = wsrc + static_cast<int64_t>(ks * Cfg::kChunksPerStage) * kPackBlockBytes;
+        for (int t = 0; t < ntiles; ++t)
+          bulk_copy_g2s(st + t * Cfg::kWeightTileBytes, src + static_cast<int64_t>(t) * q.kchunks * kPackBlockBytes,
+                        Cfg::kWeightTileBytes, &full[stage], policy);
+        mbar_arrive(&full[stage]);
+      }
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+}
+
+// Warp 1: the token rows of every stage.
+template <class Cfg, LaunchMode kMode, class LaunchParams>
+__device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
+                                   uint64_t* item_bar, int32_t* s_prefix, int lane) {
+  const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
+  int32_t* s_rows = s_prefix + 2 * (kMaxExperts + 1);
+  const int32_t* s_items = s_rows + Cfg::kBN;
+  const ItemSpace<Cfg, kMode, LaunchParams> space(p, s_prefix);
+  // A chained FC2 item's token tile is ready when both consumer warpgroups of each FC1 m-tile signalled it.
+  const int tile_ready = kConsumerWarpgroups * space.mtiles0;
+  const int fc1_all = kConsumerWarpgroups * space.items0;  // every FC1 item signalled
+  bool fc1_done = false;
   constexpr int kRowChunks = Cfg::kBK / 8;  // 16-byte chunks per token row per stage
   static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");
   // Lane-constant part of the token copies: column chunk c of every row it copies.
@@ -59,73 +166,69 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
   const uint32_t col_off = sub * Cfg::kTokenSubTileBytes;
   int stage = 0;
   uint32_t phase = 0;
-  // Item j + 1 is fetched while item j is produced, so the atomic's round trip is off the critical path;
-  // the first item is blockIdx.x, with no fetch at all.
-  int w = blockIdx.x;
-  int fetched = fetch_work_item(p.counters, lane);
   for (int j = 0;; ++j) {
-    if (j > 0) {
-      w = fetched_work_item(p.counters, fetched, w);
-      fetched = fetch_work_item(p.counters, lane);
-    }
-    if (w >= total) {
-      // No more work: one empty stage carries the sentinel to the consumers.
-      mbar_wait(&empty[stage], phase ^ 1u);
-      if (lane == 0) s_items[j % kItemRing] = -1;
-      __syncwarp();
-      mbar_arrive(&full[stage]);
-      if (lane == 0) mbar_arrive(&full[stage]);
-      break;
-    }
-    if (lane == 0) s_items[j % kItemRing] = w;
-    const WorkItem it = find_work_item(s_prefix, s_offsets, p.num_experts, Cfg::kBN, w);
-    const int tile0 = it.mtile * Cfg::kM64PerCta;
-    const int ntiles = min(Cfg::kM64PerCta, p.tiles64 - tile0);
-    const uint8_t* wsrc = p.weights + (static_cast<int64_t>(it.expert) * p.tiles64 + tile0) * p.kchunks * kPackBlockBytes;
+    mbar_wait(&item_bar[j % kItemRing], static_cast<uint32_t>(j / kItemRing) & 1u);
+    int w = s_items[j % kItemRing];
+    if (w < 0) break;
+    const int o = space.split(w);
+    const auto& q = p.op[o];
+    const int nstages = q.kchunks / Cfg::kChunksPerStage;
+    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), w);
     // Source row of each token of the tile (-1 past the expert's rows), read once per item.
     __syncwarp();
     for (int r = lane; r < Cfg::kBN; r += 32) {
       const int row = it.row_begin + r;
-      s_rows[r] = row < it.row_end ? (p.a_row_index ? p.a_row_index[row] : row) : -1;
+      s_rows[r] = row < it.row_end ? (q.a_row_index ? q.a_row_index[row] : row) : -1;
     }
     __syncwarp();
+    if (kMode == LaunchMode::kChain && o == 1 && !fc1_done) {
+      // FC1's rows of this token tile: wait until both warpgroups of every FC1 m-tile published them
+      // (acquire), then order the async proxy's reads (TMA) after what the acquire made visible. Once
+      // every FC1 item is seen done, no later item needs a check (each acquire is a round trip to L2,
+      // which measured 2-3% at T = 128 when paid per item).
+      if (lane == 0) {
+        if (ld_acquire_gpu(&p.counters[2]) >= fc1_all) {
+          fc1_done = true;
+        } else {
+          while (ld_acquire_gpu(&p.counters[3 + it.tile]) < tile_ready) {
+          }
+        }
+        fence_proxy_async_global();
+      }
+      fc1_done = __shfl_sync(0xffffffffu, fc1_done, 0);
+    }
     for (int ks = 0; ks < nstages; ++ks) {
       const int chunk0 = ks * Cfg::kChunksPerStage;
       mbar_wait(&empty[stage], phase ^ 1u);
       uint8_t* st = smem + stage * Cfg::kStageBytes;
-      if (lane == 0) {
-        constexpr uint32_t tile_bytes = Cfg::kWeightTileBytes;
-        mbar_arrive_expect_tx(&full[stage], tile_bytes * ntiles + (p.tok_tma ? Cfg::kTokenBytes : 0));
-        for (int t = 0; t < ntiles; ++t)
-          bulk_copy_g2s(st + Cfg::kTokenBytes + t * Cfg::kWeightTileBytes,
-                        wsrc + (static_cast<int64_t>(t) * p.kchunks + chunk0) * kPackBlockBytes, tile_bytes,
-                        &full[stage], policy);
-        if (p.tok_tma)
+      if (q.tok_tma) {
+        if (lane == 0)
 #pragma unroll
           for (int sb = 0; sb < Cfg::kChunksPerStage; ++sb)
-            tma_load_2d(st + sb * Cfg::kTokenSubTileBytes, &p.tok_map, chunk0 * kPackK + sb * 64, it.row_begin,
+            tma_load_2d(st + sb * Cfg::kTokenSubTileBytes, &q.tok_map, chunk0 * kPackK + sb * 64, it.row_begin,
                         &full[stage]);
-      }
-      const uint32_t tok_base = smem_addr(st) + col_off;
-      const int k = chunk0 * kPackK + c * 8;
-      const uint32_t src_bytes = k < p.k ? 16u : 0u;
-      const uint16_t* a_col = p.a + (k < p.k ? k : 0);
-      // The source rows of a batch are read from the table before any of its copies is issued: each
-      // cp.async is a memory-clobbering asm, so a lookup placed after one waits for it, and under the
-      // consumers' wgmmas a shared-memory load takes hundreds of cycles (one lookup per copy made the
-      // producer a bottleneck, docs/perf.md step 9). The batch loop is not unrolled (fully unrolled, an
-      // m128n64k128 tile, since dropped, spilled in the producer's 56 registers).
+      } else {
+        const uint32_t tok_base = smem_addr(st) + col_off;
+        const int k = chunk0 * kPackK + c * 8;
+        const uint32_t src_bytes = k < q.k ? 16u : 0u;
+        const uint16_t* a_col = q.a + (k < q.k ? k : 0);
+        // The source rows of a batch are read from the table before any of its copies is issued: each
+        // cp.async is a memory-clobbering asm, so a lookup placed after one waits for it, and under the
+        // consumers' wgmmas a shared-memory load takes hundreds of cycles (one lookup per copy made the
+        // producer a bottleneck, docs/perf.md step 9). The batch loop is not unrolled (fully unrolled, an
+        // m128n64k128 tile, since dropped, spilled in the producer's 56 registers).
 #pragma unroll 1
-      for (int j0 = 0; j0 < (p.tok_tma ? 0 : kCopies); j0 += kBatch) {
-        int src_row[kBatch];
+        for (int j0 = 0; j0 < kCopies; j0 += kBatch) {
+          int src_row[kBatch];
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) src_row[j] = s_rows[row0 + (j0 + j) * kRowStep];
+          for (int jj = 0; jj < kBatch; ++jj) src_row[jj] = s_rows[row0 + (j0 + jj) * kRowStep];
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int row = row0 + (j0 + j) * kRowStep;
-          if (src_row[j] >= 0)
-            cp_async_16(tok_base + row * 128 + (((c % 8) ^ (row % 8)) << 4),
-                        a_col + static_cast<int64_t>(src_row[j]) * p.a_ld, src_bytes);
+          for (int jj = 0; jj < kBatch; ++jj) {
+            const int row = row0 + (j0 + jj) * kRowStep;
+            if (src_row[jj] >= 0)
+              cp_async_16(tok_base + row * 128 + (((c % 8) ^ (row % 8)) << 4),
+                          a_col + static_cast<int64_t>(src_row[jj]) * q.a_ld, src_bytes);
+          }
         }
       }
       cp_async_arrive_noinc(&full[stage]);
@@ -136,8 +239,6 @@ __device__ void run_producer(const Params& p, uint8_t* smem, uint64_t* full, uin
     }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
-  (void)fetched_work_item(p.counters, fetched, w);  // the last fetch returned before the CTA counts itself done
-  finish_work_items(p.counters, lane);
 }
 
 }  // namespace sm90

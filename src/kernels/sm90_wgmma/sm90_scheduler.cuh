@@ -1,33 +1,39 @@
 // Scheduler of the sm90 family: the device-built work list of a persistent grid.
 //
-// Work item = (expert e, CTA m-tile mt, token tile tt). Expert e has rows_e = offsets[e+1] - offsets[e]
-// rows, ceil(rows_e / BN) token tiles and `mtiles` m-tiles (BM packed rows each), so
-// items_e = ceil(rows_e / BN) * mtiles. At kernel start one warp reads the E+1 offsets (the host never
-// sees them) and writes into shared memory
-//   prefix[e] = sum of items_f for f < e   (prefix[E] = total items)   and   offsets[e] (a copy).
+// Work item = (op, expert e, CTA m-tile mt, token tile tt). Expert e has rows_e = offsets[e+1] -
+// offsets[e] rows and tiles_e = ceil(rows_e / BN) token tiles; an op (FC1 or FC2) with `mtiles` m-tiles
+// (BM packed rows each) has items_e = tiles_e * mtiles items of expert e. At kernel start one warp reads
+// the E+1 offsets (the host never sees them) and writes into shared memory
+//   prefix[e] = sum of tiles_f for f < e   (prefix[E] = token tiles)   and   offsets[e] (a copy),
+// so token tile tt of expert e has the launch-wide id prefix[e] + tt, and an op's items of expert e are
+// [prefix[e] * mtiles, prefix[e+1] * mtiles). A launch runs one op, or two chained (FC1 then FC2 on
+// FC1's output, sm90_nvfp4w4a16_grouped.cuh): items 0 .. n1-1 are FC1's, n1 .. n1+n2-1 FC2's.
 // CTA b starts with item b; later items come in order from a global counter (fetch_work_item: one
 // atomicAdd per item by the producer, which passes the item to its consumers through shared memory,
-// sm90_producer.cuh), so a
-// CTA that starts late because its SM is busy (the shared expert on the side stream, another stream's
-// kernel) takes fewer items instead of delaying the whole grid, as a static b, b + gridDim.x, ...
-// stride did (docs/perf.md, sm90 step 16). Item w belongs to the expert e with prefix[e] <= w <
-// prefix[e+1] (binary search), local = w - prefix[e], mt = local / tiles_e, tt = local % tiles_e:
-// consecutive items are the token tiles of one m-tile, so CTAs running at the same time read the same
-// weight rows (one HBM read, the rest from L2).
+// sm90_producer.cuh), so a CTA that starts late because its SM is busy (the shared expert on the side
+// stream, another stream's kernel) takes fewer items instead of delaying the whole grid, as a static b,
+// b + gridDim.x, ... stride did (docs/perf.md, sm90 step 16). Within an op, item w belongs to the
+// expert e with prefix[e] <= w / mtiles < prefix[e+1] (binary search), local = w - prefix[e] * mtiles,
+// mt = local / tiles_e, tt = local % tiles_e: consecutive items are the token tiles of one m-tile, so
+// CTAs running at the same time read the same weight rows (one HBM read, the rest from L2).
 //
-// The counters (2 ints in the tactic's workspace: next item, CTAs done) are zero before a launch and
-// zero again after it: the last CTA to finish resets them (finish_work_items), so graph replays need
-// no memset. Whoever allocates the workspace zeroes it once (GroupedGemmTactic::workspace_bytes).
-// Without a workspace (or with FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ...,
-// the same item ring and sentinel, no atomics.
+// The counters in the tactic's workspace (next item, CTAs done, then for a chained launch FC1's
+// signals: all of them, and one count per token tile) are zero before a launch and zero again after it: the last CTA to finish resets them
+// (finish_work_items), so graph replays need no memset. Whoever allocates the workspace zeroes it once
+// (GroupedGemmTactic::workspace_bytes). Without a workspace (or with FP4MOE_SM90_STATIC_SCHEDULE=1)
+// CTA b takes items b, b + gridDim.x, ..., the same item ring and sentinel, no atomics.
 #pragma once
 #include <cstdint>
 
 namespace fp4moe {
 namespace sm90 {
 
+// What one launch runs (sm90_nvfp4w4a16_grouped.cuh): one GEMM, or FC1 chained into FC2.
+enum class LaunchMode { kFc1, kFc2, kChain };
+
 struct WorkItem {
   int expert = 0;
+  int tile = 0;        // launch-wide token tile id: prefix[expert] + tt
   int mtile = 0;       // CTA m-tile within the expert
   int row_begin = 0;   // first problem row of the token tile
   int row_end = 0;     // one past the last valid row (row_begin < row_end <= row_begin + BN)
@@ -35,8 +41,8 @@ struct WorkItem {
 
 // One warp builds the table. num_experts <= kMaxExperts (checked on the host).
 template <int BN>
-__device__ void build_work_table(const int32_t* __restrict__ offsets, int num_experts, int mtiles,
-                                 int32_t* s_prefix, int32_t* s_offsets, int lane) {
+__device__ void build_work_table(const int32_t* __restrict__ offsets, int num_experts, int32_t* s_prefix,
+                                 int32_t* s_offsets, int lane) {
   const int per_lane = (num_experts + 31) / 32;
   const int first = lane * per_lane;
   int local = 0;
@@ -45,7 +51,7 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
     if (e < num_experts) {
       const int lo = offsets[e], hi = offsets[e + 1];
       s_offsets[e] = lo;
-      local += (hi - lo + BN - 1) / BN * mtiles;
+      local += (hi - lo + BN - 1) / BN;
     }
   }
   int incl = local;
@@ -58,7 +64,7 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
     const int e = first + i;
     if (e < num_experts) {
       s_prefix[e] = run;
-      run += (offsets[e + 1] - offsets[e] + BN - 1) / BN * mtiles;
+      run += (offsets[e + 1] - offsets[e] + BN - 1) / BN;
     }
   }
   if (lane == 31) {
@@ -68,7 +74,7 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
 }
 
 // Items 0 .. gridDim.x - 1 go to the CTAs of the same index; later items are handed out by the counter.
-// fetch_work_item issues the atomic on the producer warp's lane 0 (its result is needed only later);
+// fetch_work_item issues the atomic on the weight producer's lane 0 (its result is needed only later);
 // fetched_work_item turns it into the item index on every lane.
 // Without counters (null) the schedule is the static stride: item w is followed by w + gridDim.x.
 __device__ __forceinline__ int fetch_work_item(int* counters, int lane) {
@@ -79,33 +85,38 @@ __device__ __forceinline__ int fetched_work_item(const int* counters, int fetche
                   : prev + static_cast<int>(gridDim.x);
 }
 
-// After this CTA's last fetch_work_item has returned: count it done; the last CTA resets both counters.
-// The fence orders this CTA's last fetch before its done increment, so when the last CTA sees every
-// other CTA done, no fetch of this launch is still to come.
-__device__ __forceinline__ void finish_work_items(int* counters, int lane) {
-  if (!counters || lane != 0) return;
+// After every fetch of this CTA has returned and its consumers have signalled their last item: count
+// the CTA done; the last CTA resets the counters and the `extra` counters after them (a chained
+// launch's FC1 signals: 1 + token tiles; 0 otherwise). The fence orders this CTA's fetches, signals and waits before its done
+// increment, so when the last CTA sees every other CTA done, nothing of this launch still touches them.
+__device__ __forceinline__ void finish_work_items(int* counters, int extra) {
+  if (!counters) return;
   __threadfence();
   if (atomicAdd(&counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
     atomicExch(&counters[0], 0);
     atomicExch(&counters[1], 0);
+    for (int i = 0; i < extra; ++i) counters[2 + i] = 0;
   }
 }
 
+// Item w (0-based within its op) of an op with `mtiles` m-tiles.
 __device__ __forceinline__ WorkItem find_work_item(const int32_t* s_prefix, const int32_t* s_offsets,
-                                                   int num_experts, int bn, int w) {
-  // Largest e with prefix[e] <= w; items of empty experts occupy no range, so prefix[e+1] > w.
-  int lo = 0, hi = num_experts;  // invariant: prefix[lo] <= w < prefix[hi]
+                                                   int num_experts, int bn, int mtiles, int w) {
+  // Largest e with prefix[e] <= w / mtiles; experts without rows occupy no range, so prefix[e+1] > w / mtiles.
+  const int t = w / mtiles;
+  int lo = 0, hi = num_experts;  // invariant: prefix[lo] <= t < prefix[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;
-    if (s_prefix[mid] <= w) lo = mid; else hi = mid;
+    if (s_prefix[mid] <= t) lo = mid; else hi = mid;
   }
   WorkItem it;
   it.expert = lo;
   const int row0 = s_offsets[lo], rows = s_offsets[lo + 1] - row0;
   const int tiles = (rows + bn - 1) / bn;
-  const int local = w - s_prefix[lo];
+  const int local = w - s_prefix[lo] * mtiles;
   it.mtile = local / tiles;
   const int tt = local - it.mtile * tiles;
+  it.tile = s_prefix[lo] + tt;
   it.row_begin = row0 + tt * bn;
   it.row_end = min(row0 + rows, it.row_begin + bn);
   return it;

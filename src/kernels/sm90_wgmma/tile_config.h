@@ -2,9 +2,9 @@
 // the kernel (sm90_nvfp4w4a16_grouped.cuh), so the shared memory the preflight sees is the one the
 // kernel asks for. Host-only C++ (no CUDA headers).
 //
-// CTA shape: 3 warpgroups = 384 threads. Warpgroup 0 is the producer (one warp issues the copies, the
-// other three leave after setmaxnreg), warpgroups 1 and 2 are consumers; consumer c owns the
-// BM/128 packed 64-row tiles c*BM/128 .. of the CTA tile and all BN tokens.
+// CTA shape: 3 warpgroups = 384 threads. Warpgroup 0 is the producer (warp 0 issues the weight copies,
+// warp 1 the token copies, the other two leave after setmaxnreg), warpgroups 1 and 2 are consumers;
+// consumer c owns the BM/128 packed 64-row tiles c*BM/128 .. of the CTA tile and all BN tokens.
 //
 // Dynamic shared memory, from a 1024-byte aligned base (the 128-byte swizzle needs it):
 //   stage s at s * kStageBytes:
@@ -12,7 +12,7 @@
 //                                   16-byte chunk j of row r stored at chunk j ^ (r % 8)
 //     [kTokenBytes, + kWeightBytes) weights: BM/64 tiles x BK/64 packed blocks of 2304 bytes, tile-major,
 //                                   each block exactly as in global memory (sm90_layout.h)
-//   then kStages full barriers, kStages empty barriers (8 bytes each),
+//   then kStages full barriers, kStages empty barriers, kItemRing item barriers (8 bytes each),
 //   then the work-list table: item prefix [kMaxExperts + 1] and expert offsets [kMaxExperts + 1] (int32),
 //   then the producer's source-row table of the current item [BN] (int32),
 //   then the item ring [kItemRing] (int32): the work items the producer fetched, in order, for the consumers.
@@ -60,7 +60,7 @@ struct TileConfig {
   static constexpr int kWeightBytes = kM64PerCta * kWeightTileBytes;
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
-  static constexpr int kTableOffset = kBarrierOffset + 2 * STAGES * 8;
+  static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing) * 8;
   static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing) * 4;
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
@@ -71,10 +71,10 @@ struct TileConfig {
   static_assert(kPackKAlign % BK == 0, "BK must divide the packed K padding so every stage is full");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
   static_assert(STAGES < kItemRing, "the producer runs at most STAGES items ahead of the consumers");
-  static_assert(CTAS * (kSmemAlignSlack + STAGES * kStageBytes + 2 * STAGES * 8 + kTableBytes) <= 227 * 1024,
+  static_assert(CTAS * (kSmemAlignSlack + kTableOffset + kTableBytes) <= 227 * 1024,
                 "CTAS CTAs must fit an H100/H200 SM's 227 KB of shared memory");
   static_assert(kTokenSubTileBytes % 1024 == 0, "token sub-tiles must keep the 1024-byte swizzle alignment");
-  static_assert(kTokenChunks % 32 == 0, "the producer warp's lanes share the token copies evenly");
+  static_assert(kTokenChunks % 32 == 0, "the token producer warp's lanes share the token copies evenly");
 };
 
 }  // namespace sm90
