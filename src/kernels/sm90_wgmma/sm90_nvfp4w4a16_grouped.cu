@@ -120,8 +120,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
   }
 
   // The counters of the dynamic work schedule (sm90_scheduler.cuh): two ints, then for a chained launch
-  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles). Zero before the first run, left zero by every
-  // run. A null workspace runs the static schedule (and cannot chain).
+  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles). Zero before the
+  // first run, left zero by every run. A null workspace runs the static schedule (and cannot chain).
   size_t workspace_bytes(const GemmProblem& p) const override {
     return sizeof(int) * static_cast<size_t>(3 + p.total_rows / BN + p.num_experts + 1);
   }
@@ -134,7 +134,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     LaunchParams prm;
     Status st = fill_op(args, &prm.op[0]);
     if (!st || p.total_rows == 0) return st;
-    if ((reinterpret_cast<uintptr_t>(args.workspace) & 3) != 0)
+    if (!aligned4(args.workspace))
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: the workspace (the work counters) must be 4-byte aligned", desc_.name));
     // The dynamic schedule needs the workspace's counters; without a workspace, or with
@@ -156,7 +156,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
                     fmt::format("{}: a chained launch needs FC1 {} then FC2 {} over the same experts, offsets and "
                                 "rows, FC2 reading FC1's output contiguously (a = FC1's out, a_ld = K = FC1's N)",
                                 desc_.name, p1.to_string(), p2.to_string()));
-    if (args_null_or_misaligned(a1.workspace))
+    if (!a1.workspace || !aligned4(a1.workspace))
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: a chained launch needs the 4-byte aligned workspace (its tile counters)", desc_.name));
     LaunchParams prm;
@@ -173,7 +173,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   static KernelFn kernel_fc2() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc2>; }
   static KernelFn kernel_chain() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kChain>; }
 
-  static bool args_null_or_misaligned(const void* ws) { return !ws || (reinterpret_cast<uintptr_t>(ws) & 3) != 0; }
+  static bool aligned4(const void* ws) { return (reinterpret_cast<uintptr_t>(ws) & 3) == 0; }
 
   // Upper bound on the work items of one GEMM: every expert may add a partial token tile.
   static int64_t max_items(const GemmProblem& p, int tiles64) {
