@@ -1,4 +1,5 @@
-// sm90_nvfp4w4a16_grouped: the Hopper NVFP4 weight-only grouped GEMM (one kernel: FC1, FC2, or FC1 chained into FC2).
+// sm90_nvfp4w4a16_grouped: the Hopper NVFP4 weight-only grouped GEMM (one kernel: FC1, FC2, or FC1
+// chained into FC2).
 //
 // What a CTA computes: a persistent loop over work items (op, expert, m-tile of BM packed weight rows,
 // token tile of BN rows) from the device-built list, handed out dynamically by a counter in the

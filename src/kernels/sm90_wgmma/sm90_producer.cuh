@@ -50,28 +50,6 @@
 namespace fp4moe {
 namespace sm90 {
 
-// Where item w of a launch lives: its op (0, or 1 for a chained launch's FC2) and its item within the op.
-template <class Cfg, LaunchMode kMode, class LaunchParams>
-struct ItemSpace {
-  int mtiles0, mtiles1, items0, total;
-  __device__ ItemSpace(const LaunchParams& p, const int32_t* s_prefix) {
-    const int tiles = s_prefix[p.op[0].num_experts];
-    mtiles0 = (p.op[0].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-    mtiles1 = (p.op[1].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-    items0 = tiles * mtiles0;
-    total = items0 + (kMode == LaunchMode::kChain ? tiles * mtiles1 : 0);
-  }
-  // Splits w into (op, item within the op); returns the op.
-  __device__ int split(int& w) const {
-    if (kMode == LaunchMode::kChain && w >= items0) {
-      w -= items0;
-      return 1;
-    }
-    return 0;
-  }
-  __device__ int mtiles(int o) const { return o ? mtiles1 : mtiles0; }
-};
-
 // Warp 0: the work items and the weight copies.
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,

@@ -18,10 +18,11 @@
 // CTAs running at the same time read the same weight rows (one HBM read, the rest from L2).
 //
 // The counters in the tactic's workspace (next item, CTAs done, then for a chained launch FC1's
-// signals: all of them, and one count per token tile) are zero before a launch and zero again after it: the last CTA to finish resets them
-// (finish_work_items), so graph replays need no memset. Whoever allocates the workspace zeroes it once
-// (GroupedGemmTactic::workspace_bytes). Without a workspace (or with FP4MOE_SM90_STATIC_SCHEDULE=1)
-// CTA b takes items b, b + gridDim.x, ..., the same item ring and sentinel, no atomics.
+// signals: all of them, and one count per token tile) are zero before a launch and zero again after
+// it: the last CTA to finish resets them (finish_work_items), so graph replays need no memset. Whoever
+// allocates the workspace zeroes it once (GroupedGemmTactic::workspace_bytes). Without a workspace (or
+// with FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ..., the same item ring and
+// sentinel, no atomics.
 #pragma once
 #include <cstdint>
 
@@ -87,8 +88,9 @@ __device__ __forceinline__ int fetched_work_item(const int* counters, int fetche
 
 // After every fetch of this CTA has returned and its consumers have signalled their last item: count
 // the CTA done; the last CTA resets the counters and the `extra` counters after them (a chained
-// launch's FC1 signals: 1 + token tiles; 0 otherwise). The fence orders this CTA's fetches, signals and waits before its done
-// increment, so when the last CTA sees every other CTA done, nothing of this launch still touches them.
+// launch's FC1 signals: 1 + token tiles; 0 otherwise). The fence orders this CTA's fetches, signals
+// and waits before its done increment, so when the last CTA sees every other CTA done, nothing of this
+// launch still touches them.
 __device__ __forceinline__ void finish_work_items(int* counters, int extra) {
   if (!counters) return;
   __threadfence();
@@ -99,10 +101,34 @@ __device__ __forceinline__ void finish_work_items(int* counters, int extra) {
   }
 }
 
+// The items of a launch: op 0's first, then (a chained launch) op 1's; split() turns a launch-wide item
+// into its op (0, or 1 for a chained launch's FC2) and its item within the op.
+template <class Cfg, LaunchMode kMode, class LaunchParams>
+struct ItemSpace {
+  int mtiles0, mtiles1, items0, total;
+  __device__ ItemSpace(const LaunchParams& p, const int32_t* s_prefix) {
+    const int tiles = s_prefix[p.op[0].num_experts];
+    mtiles0 = (p.op[0].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    mtiles1 = (p.op[1].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    items0 = tiles * mtiles0;
+    total = items0 + (kMode == LaunchMode::kChain ? tiles * mtiles1 : 0);
+  }
+  // Splits w into (op, item within the op); returns the op.
+  __device__ int split(int& w) const {
+    if (kMode == LaunchMode::kChain && w >= items0) {
+      w -= items0;
+      return 1;
+    }
+    return 0;
+  }
+  __device__ int mtiles(int o) const { return o ? mtiles1 : mtiles0; }
+};
+
 // Item w (0-based within its op) of an op with `mtiles` m-tiles.
 __device__ __forceinline__ WorkItem find_work_item(const int32_t* s_prefix, const int32_t* s_offsets,
                                                    int num_experts, int bn, int mtiles, int w) {
-  // Largest e with prefix[e] <= w / mtiles; experts without rows occupy no range, so prefix[e+1] > w / mtiles.
+  // Largest e with prefix[e] <= w / mtiles; experts without rows occupy no range, so
+  // prefix[e+1] > w / mtiles.
   const int t = w / mtiles;
   int lo = 0, hi = num_experts;  // invariant: prefix[lo] <= t < prefix[hi]
   while (hi - lo > 1) {
