@@ -74,6 +74,7 @@ struct TacticDesc {
   std::string name;     // stable, e.g. "portable.mma.m64n64k64.s3" or "sm90.w4a16.m64n128k128.ws.s4"
   std::string family;   // "portable", "sm90"
   int tile_m = 0, tile_n = 0, tile_k = 0, stages = 0;
+  int ctas_per_sm = 1;  // resident CTAs per SM the tile is sized for (occupancy, not a requirement)
   std::string schedule; // "grid", "persistent", "warpspecialized", ...
   WeightLayout layout = WeightLayout::kCanonical;
   bool is_fallback = false;  // the guaranteed fallback (STYLE: tactic -1)

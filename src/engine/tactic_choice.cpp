@@ -67,26 +67,30 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
     for (const TacticDesc* d : pool)  // else the largest tile
       if (!best || d->tile_n > best->tile_n) best = d;
   // Among the tiles of that token width, the first in registration order whose k per stage leaves the
-  // reduction at least kMinStages pipeline stages; with none, the one with the most stages. A deep
+  // reduction at least kMinStages pipeline stages (one for a two-CTA tile, below); with none, the one
+  // with the most stages. A deep
   // stage that a short reduction fills once or twice leaves the pipeline empty at every work item (the
   // TP8 shard's FC2, K = 256, measured 20% slower on the k256 decode tile than on the k128 one).
   // Problems of few work items (active experts x weight-row tiles below kFewItems: one or two items per
   // CTA, where the first stages' latency is not hidden behind later items) take the deepest such stage
   // instead: the GLM-5 forward at T = 1 (routed FC1 256 items, FC2 384, the shared expert's 32 and 48)
   // measured 86 us with every GEMM on the one-CTA k256 tile against 93.5 us on the two-CTA k128 one
-  // (docs/perf.md, sm90 step 17).
+  // (docs/perf.md, sm90 step 17). Tiles sized for two CTAs per SM need only one stage: the other CTA's
+  // stages keep the SM's copies going across an item boundary (the two-CTA k256 tile ran the TP8 FC2,
+  // K = 256, in 77 us at T = 32 against 84 on the two-CTA k128 one, sm90 step 23).
   constexpr int64_t kMinStages = 4, kFewItems = 512;
   const int64_t tile_m = std::max(best->tile_m, 1);
   const int64_t items = std::min(p.num_experts, std::max<int64_t>(p.total_rows, 1)) *
                         ((weight_rows(p) + tile_m - 1) / tile_m);
   const bool sparse = items < kFewItems;
   auto stages = [&](const TacticDesc* d) { return d->tile_k > 0 ? p.k / d->tile_k : 0; };
+  auto min_stages = [&](const TacticDesc* d) { return d->ctas_per_sm > 1 ? int64_t(1) : kMinStages; };
   const TacticDesc* first_ok = nullptr;
   const TacticDesc* deepest_ok = nullptr;
   const TacticDesc* most_stages = nullptr;
   for (const TacticDesc* d : pool) {
     if (d->tile_n != best->tile_n) continue;
-    if (stages(d) >= kMinStages) {
+    if (stages(d) >= min_stages(d)) {
       if (!first_ok) first_ok = d;
       if (!deepest_ok || d->tile_k > deepest_ok->tile_k) deepest_ok = d;
     }

@@ -69,7 +69,7 @@ std::string tactic_set_hash() {
     const TacticRequirements& r = d.req;
     mix(d.name);
     mix(d.family);
-    mix(fmt::format("{} {} {} {} {} {} {}", d.tile_m, d.tile_n, d.tile_k, d.stages, d.schedule,
+    mix(fmt::format("{} {} {} {} {} {} {} {}", d.tile_m, d.tile_n, d.tile_k, d.stages, d.ctas_per_sm, d.schedule,
                     static_cast<int>(d.layout), d.is_fallback));
     std::string ops;
     for (GemmOp op : r.ops) ops += gemm_op_name(op);

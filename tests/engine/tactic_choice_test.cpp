@@ -37,7 +37,8 @@ GemmProblem problem(int64_t k, int64_t rows, int64_t experts, int64_t n = 6144) 
 
 class HeuristicTest : public ::testing::Test {
  protected:
-  // A deep n8 tile registered second, as in the sm90 tactics.def.
+  // A deep n8 tile registered second (the rule, not the sm90 order: there the two-CTA k256 tile comes
+  // first and wins both ways).
   std::vector<TacticDesc> descs{desc("n8.k128", "fast", 8, 128),  desc("n8.k256", "fast", 8, 256),
                                 desc("n16.k128", "fast", 16, 128), desc("n16.k256", "fast", 16, 256),
                                 desc("n128.k128", "fast", 128, 128), desc("fallback.n8", "portable", 8, 64, true)};
@@ -72,6 +73,19 @@ TEST_F(HeuristicTest, FewWorkItemsTakeTheDeepestStageThatStillPipelines) {
 TEST_F(HeuristicTest, ShortReductionAvoidsTheDeepStage) {
   EXPECT_EQ(choose(problem(256, 64, 256)), "n8.k128");  // 1 k256 stage against 2 k128 stages
   EXPECT_EQ(choose(problem(48, 64, 256)), "n8.k128");   // no tile has a whole stage: the first one stays
+}
+
+TEST_F(HeuristicTest, TwoCtaTilesNeedOnlyOneStage) {
+  // As in the sm90 tactics.def: the two-CTA k256 tile first, then the two-CTA k128 and one-CTA k256 ones.
+  TacticDesc x2k256 = desc("n8.k256.x2", "fast", 8, 256), x2k128 = desc("n8.k128.x2", "fast", 8, 128),
+             k256 = desc("n8.k256", "fast", 8, 256);
+  x2k256.ctas_per_sm = x2k128.ctas_per_sm = 2;
+  std::vector<const TacticDesc*> usable{&x2k256, &x2k128, &k256};
+  EXPECT_EQ(heuristic_choice(usable, problem(256, 64, 256))->name, "n8.k256.x2");   // TP8 FC2: one stage is enough
+  EXPECT_EQ(heuristic_choice(usable, problem(6144, 64, 256))->name, "n8.k256.x2");  // many items: the first
+  EXPECT_EQ(heuristic_choice(usable, problem(2048, 8, 256))->name, "n8.k256.x2");   // few items: the deepest, first
+  std::vector<const TacticDesc*> one_cta_first{&k256, &x2k128};
+  EXPECT_EQ(heuristic_choice(one_cta_first, problem(256, 64, 256))->name, "n8.k128.x2");  // 1 one-CTA stage: not enough
 }
 
 TEST_F(HeuristicTest, WideRowsTakeTheLargestTileAndTheFallbackOnlyAlone) {

@@ -5,12 +5,14 @@
 // the same dequantised weights (e2m1 * e4m3, tensor scale in fp32) and the rounding points of
 // reference.h (R3, R4), so only kernel error is measured: relative L2 <= 5e-3. Also: the device pack
 // equals the CPU description byte for byte, and shapes a tactic cannot do are refused by check(). The
-// chained FC1 -> FC2 launch gives the same bytes as the two launches and leaves its counters at zero.
+// chained FC1 -> FC2 launch gives the same bytes as the two launches and leaves its counters at zero;
+// the split reduction (forced through FP4MOE_SM90_SPLIT_K) passes the same checks.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -22,6 +24,7 @@
 #include "fp4moe/reference.h"
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
+#include "kernels/sm90_wgmma/tile_config.h"
 #include "sm90_test_util.h"
 
 namespace fp4moe {
@@ -45,7 +48,10 @@ std::string case_name(const Case& c) {
   return fmt::format("{} n={} k={} rows=[{}] gather={} a_ld=k+{}", gemm_op_name(c.op), c.n, c.k, r, c.gather, c.a_pad);
 }
 
-void run_case(GroupedGemmTactic& tactic, const Case& c) {
+// partials_touched: poison the workspace's split partials (NaN bytes) before the run and count the bytes
+// the run changed (a split item stores its partials, the tile's last part zeroes them): > 0 shows the
+// split reduction ran. Every other workspace byte must be zero after the run.
+void run_case(GroupedGemmTactic& tactic, const Case& c, int64_t* partials_touched = nullptr) {
   SCOPED_TRACE(tactic.desc().name + " " + case_name(c));
   const int64_t E = static_cast<int64_t>(c.rows.size());
   GemmProblem p;
@@ -109,9 +115,27 @@ void run_case(GroupedGemmTactic& tactic, const Case& c) {
   args.workspace = d_ws.get();
   const Status init = tactic.init(p);
   ASSERT_TRUE(init.is_ok()) << init.to_string();
+  const size_t partial_bytes =
+      static_cast<size_t>(sm90::split_partial_bytes(tactic.desc().tile_m, tactic.desc().tile_n));
+  ASSERT_GE(tactic.workspace_bytes(p), partial_bytes);
+  const size_t partial_off = tactic.workspace_bytes(p) - partial_bytes;
+  if (partials_touched && partial_bytes > 0)
+    SM90_CUDA_OK(cudaMemset(static_cast<uint8_t*>(d_ws.get()) + partial_off, 0xFF, partial_bytes));
   const Status st = tactic.run(args, nullptr);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   SM90_CUDA_OK(cudaDeviceSynchronize());
+  {
+    std::vector<uint8_t> ws(d_ws.size());
+    d_ws.download(ws.data(), ws.size());
+    const size_t counters_end = partials_touched ? partial_off : ws.size();
+    ASSERT_TRUE(std::all_of(ws.begin(), ws.begin() + counters_end, [](uint8_t b) { return b == 0; }))
+        << "workspace not left zero";
+    if (partials_touched) {
+      *partials_touched += std::count_if(ws.begin() + partial_off, ws.begin() + partial_off + partial_bytes,
+                                         [](uint8_t b) { return b != 0xFF; });
+      SM90_CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.size()));
+    }
+  }
   std::vector<uint16_t> out(static_cast<size_t>(p.total_rows * c.n));
   d_out.download(out.data(), out.size() * 2);
 
@@ -299,6 +323,51 @@ TEST_F(Sm90Tactics, ChainedLaunchMatchesTwoLaunchesAndReference) {
     run_chained_case(*t, 80, 208, {0, 1, 37, 8, 130, 3, 0, 300}, true, 21);
     run_chained_case(*t, 256, 1024, {5, 64, 0, 17, 1}, false, 22);
     run_chained_case(*t, 96, 512, {1, 0, 0, 2, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3}, false, 23);
+  }
+}
+
+// FP4MOE_SM90_SPLIT_K for the scope of a test (restored to unset afterwards).
+class ScopedSplitK {
+ public:
+  explicit ScopedSplitK(const char* v) { setenv("FP4MOE_SM90_SPLIT_K", v, 1); }
+  ~ScopedSplitK() { unsetenv("FP4MOE_SM90_SPLIT_K"); }
+};
+
+// The split reduction (split-K) forced to 2, 4 and 8 parts: every case against the reference, the
+// decode tiles (BN <= 16) must have split (their partials were written), the others never; then the
+// chained launch split the same way gives the bytes of the two split launches and leaves the whole
+// workspace zero.
+TEST_F(Sm90Tactics, SplitReductionMatchesReference) {
+  for (const char* mode : {"2", "4", "8"}) {
+    ScopedSplitK env(mode);
+    for (auto& t : tactics()) {
+      SCOPED_TRACE(fmt::format("FP4MOE_SM90_SPLIT_K={} {}", mode, t->desc().name));
+      int64_t touched = 0;
+      for (const Case& c : cases()) run_case(*t, c, &touched);
+      if (sm90::split_capable(t->desc().tile_n))
+        EXPECT_GT(touched, 0) << "no item was split";
+      else
+        EXPECT_EQ(touched, 0);
+      run_chained_case(*t, 256, 1024, {5, 64, 0, 17, 1}, false, 31);
+      run_chained_case(*t, 96, 512, {1, 0, 0, 2, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3}, true, 32);
+    }
+  }
+  ScopedSplitK off("off");
+  for (auto& t : tactics()) {
+    int64_t touched = 0;
+    run_case(*t, cases()[2], &touched);
+    EXPECT_EQ(touched, 0) << t->desc().name << " split with FP4MOE_SM90_SPLIT_K=off";
+  }
+}
+
+TEST_F(Sm90Tactics, RefusesAMalformedSplitSetting) {
+  for (const char* bad : {"3", "16", "x", "-2"}) {
+    ScopedSplitK env(bad);
+    for (auto& t : tactics()) {
+      const Status st = t->init(GemmProblem{GemmOp::kFc2, 4, 128, 128, 16, 16});
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.to_string();
+      EXPECT_NE(st.message().find("FP4MOE_SM90_SPLIT_K"), std::string::npos) << st.to_string();
+    }
   }
 }
 

@@ -21,6 +21,7 @@ TacticDesc sm90_desc(int regs) {
   d.tile_n = BN;
   d.tile_k = BK;
   d.stages = STAGES;
+  d.ctas_per_sm = CTAS;
   d.schedule = "warpspecialized";
   d.layout = WeightLayout::kSm90Interleaved;
   d.is_fallback = false;

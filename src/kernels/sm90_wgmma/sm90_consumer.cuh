@@ -22,7 +22,7 @@
 // four k16 steps, wgmma.fence, issue four wgmmas per tile. Tiles with two or more chunks per stage
 // commit each chunk as its own group and keep up to B-1 groups in flight across stage boundaries
 // (consume_pipelined); the k64 tile commits per stage and waits for it (consume_serial). A stage is
-// freed when one lane per consumer warp has arrived on its empty barrier (8 arrivals).
+// freed when every consumer thread has arrived on its empty barrier (256 arrivals).
 #pragma once
 #include <cstdint>
 
@@ -90,10 +90,11 @@ constexpr int accumulator_sets() { return BN <= 16 ? 4 : (BN <= 64 ? 2 : 1); }
 
 // A-fragment buffers a consumer keeps in flight: each packed k64 chunk is one wgmma commit group whose
 // RS wgmmas read their A registers asynchronously, so a buffer is rewritten only after wait_group<kBuffers-1>
-// has retired the group that last read it. Four buffers (64 registers at one 64-row tile) where the
-// register budget allows (one CTA per SM, one tile per consumer), two otherwise.
+// has retired the group that last read it. One buffer per chunk of a stage (four, 64 registers, for a
+// k256 stage) where the register budget allows (one CTA per SM), two with two CTAs per SM (96
+// registers per consumer thread).
 template <class Cfg>
-constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 ? Cfg::kChunksPerStage : 2; }
+constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 && Cfg::kCtasPerSm == 1 ? Cfg::kChunksPerStage : 2; }
 
 // The pipelined schedule needs at least two chunks per stage: with one (the k64 tile) its loop body
 // spans two stages and ptxas serialises every wgmma (C7513), so such tiles keep the serial schedule
@@ -105,14 +106,14 @@ constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 ? Cfg::kChunksPerSt
 template <class Cfg>
 constexpr bool pipelined_consumer() { return !FP4MOE_SM90_SERIAL_STAGES && Cfg::kChunksPerStage >= 2; }
 
-// A consumer warp's release of a stage: lane 0 arrives on its empty barrier (8 arrivals free the stage)
-// after a __syncwarp, which orders the other 31 lanes' reads of the stage before the arrive in the
-// memory model, not only by the warp's lockstep, so the producer's next copy into the stage cannot
-// overtake them.
-__device__ __forceinline__ void release_stage(uint64_t* empty, int tid) {
-  __syncwarp();
-  if ((tid & 31) == 0) mbar_arrive(empty);
-}
+// A consumer thread's release of a stage: every consumer thread arrives on the stage's empty barrier
+// (256 arrivals free it) after its own last read of the stage, so each thread's shared-memory reads are
+// ordered before the producer's next copy into the stage by that thread's own arrive (release) and the
+// producer's wait (acquire). With one arrive per warp by lane 0 after a __syncwarp (8 arrivals),
+// compute-sanitizer's racecheck reported every reuse of a stage as a hazard between the bulk copy and the
+// other lanes' loads; with every thread arriving it reports none, and the kernels measured the same
+// (docs/perf.md, sm90 step 24).
+__device__ __forceinline__ void release_stage(uint64_t* empty) { mbar_arrive(empty); }
 
 // One packed k64 chunk kb of the stage at `st` (wgmma descriptor desc0 of its token tile): dequantise each
 // of the consumer's 64-row tiles into `a`, then issue the chunk's four k16 wgmmas per tile, k16 step s
@@ -162,7 +163,7 @@ __device__ __forceinline__ void consume_body(
     // if it was the stage's last chunk; in the first body groups j - kB < 0 do not exist.
     wgmma_wait<kB - 1>();
     if (((j - kB + kBody) % kC) == kC - 1 && (j >= kB || !kFirst)) {
-      release_stage(&empty[release], tid);
+      release_stage(&empty[release]);
       if (++release == Cfg::kStages) release = 0;
     }
     issue_chunk<Cfg>(st, desc0, kb, j * 4, first_tile, tid, acc, a[b]);
@@ -192,7 +193,7 @@ __device__ __forceinline__ void consume_serial(
     for (int kb = 0; kb < kC; ++kb) issue_chunk<Cfg>(st, desc0, kb, kb * 4, first_tile, tid, acc, a[kb]);
     wgmma_commit();
     wgmma_wait<0>();
-    release_stage(&empty[stage], tid);
+    release_stage(&empty[stage]);
     if (++stage == Cfg::kStages) {
       stage = 0;
       phase ^= 1u;
@@ -204,7 +205,7 @@ __device__ __forceinline__ void consume_serial(
 // (B = a_buffers), its wgmmas are issued and committed as group c; before chunk c writes its buffer,
 // wait_group<B-1> retires group c-B, the last reader of that buffer, so B-1 chunks of wgmmas stay in
 // flight while the next one is dequantised and no wait on the tensor core falls at a stage boundary. A
-// stage's shared memory is released (one lane per warp arrives on its empty barrier, 8 arrivals free it)
+// stage's shared memory is released (every consumer thread arrives on its empty barrier, 256 free it)
 // once the group of its last chunk has retired, up to B-1 chunks late. The first body is peeled so that
 // the loop is entered with the same groups in flight as its back edge carries: ptxas then sees each
 // buffer rewritten only after the wait that retires its reader (without the peel it reports C7513 and
@@ -228,7 +229,7 @@ __device__ __forceinline__ void consume_pipelined(
   wgmma_wait<0>();
 #pragma unroll
   for (int h = 0; h < kHeld; ++h) {
-    release_stage(&empty[release], tid);
+    release_stage(&empty[release]);
     if (++release == Cfg::kStages) release = 0;
   }
 }

@@ -75,6 +75,27 @@ bool static_schedule_requested() {
   return fixed && *fixed && std::string(fixed) != "0";
 }
 
+// FP4MOE_SM90_SPLIT_K: unset or "auto" the automatic split reduction, "off" / "0" / "1" none, N > 1 up
+// to N parts wherever the stages allow (LaunchParams::split_mode). Anything else is refused by init().
+Status split_mode_requested(int* mode, const std::string& tactic) {
+  const char* v = std::getenv("FP4MOE_SM90_SPLIT_K");
+  *mode = 0;
+  if (!v || !*v || std::string(v) == "auto") return Status::ok();
+  const std::string s(v);
+  if (s == "off" || s == "0" || s == "1") {
+    *mode = 1;
+    return Status::ok();
+  }
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 2 || n > kMaxSplit || (n & (n - 1)) != 0)
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: FP4MOE_SM90_SPLIT_K='{}': expected auto, off, or a power of two in [2, {}]", tactic, s,
+                              kMaxSplit));
+  *mode = static_cast<int>(n);
+  return Status::ok();
+}
+
 template <int BM, int BN, int BK, int STAGES, int CTAS>
 class Sm90Tactic final : public GroupedGemmTactic {
  public:
@@ -96,6 +117,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
   Status init(const GemmProblem& p) override {
     (void)p;
     static_schedule_ = static_schedule_requested();
+    Status ms = split_mode_requested(&split_mode_, desc_.name);
+    if (!ms) return ms;
     int dev = 0;
     Status s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice", desc_.name);
     if (!s) return s;
@@ -120,10 +143,12 @@ class Sm90Tactic final : public GroupedGemmTactic {
   }
 
   // The counters of the dynamic work schedule (sm90_scheduler.cuh): two ints, then for a chained launch
-  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles). Zero before the
-  // first run, left zero by every run. A null workspace runs the static schedule (and cannot chain).
+  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles); then (decode
+  // tiles) the split reduction's arrival counters, one per unit and consumer warpgroup, and, 16-byte
+  // aligned, its fp32 partial tiles (split_partial_bytes). Every region is zero again after a run. A
+  // null workspace runs the static schedule (no chain, no split).
   size_t workspace_bytes(const GemmProblem& p) const override {
-    return sizeof(int) * static_cast<size_t>(3 + p.total_rows / BN + p.num_experts + 1);
+    return partials_offset(p) + static_cast<size_t>(split_partial_bytes(BM, BN));
   }
 
   // Known before init(): the engine picks tactics for a chained launch before it initialises them.
@@ -134,12 +159,13 @@ class Sm90Tactic final : public GroupedGemmTactic {
     LaunchParams prm;
     Status st = fill_op(args, &prm.op[0]);
     if (!st || p.total_rows == 0) return st;
-    if (!aligned4(args.workspace))
+    if (!aligned16(args.workspace))
       return Status(StatusCode::kInvalidArgument,
-                    fmt::format("{}: the workspace (the work counters) must be 4-byte aligned", desc_.name));
+                    fmt::format("{}: the workspace (work counters, split partials) must be 16-byte aligned", desc_.name));
     // The dynamic schedule needs the workspace's counters; without a workspace, or with
     // FP4MOE_SM90_STATIC_SCHEDULE=1, the static stride (sm90_scheduler.cuh).
     prm.counters = static_schedule_ ? nullptr : static_cast<int*>(args.workspace);
+    bind_split(args.workspace, p, &prm);
     const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
     return launch(fc1 ? kernel_fc1() : kernel_fc2(), prm, max_items(p, prm.op[0].tiles64), stream);
   }
@@ -156,14 +182,15 @@ class Sm90Tactic final : public GroupedGemmTactic {
                     fmt::format("{}: a chained launch needs FC1 {} then FC2 {} over the same experts, offsets and "
                                 "rows, FC2 reading FC1's output contiguously (a = FC1's out, a_ld = K = FC1's N)",
                                 desc_.name, p1.to_string(), p2.to_string()));
-    if (!a1.workspace || !aligned4(a1.workspace))
+    if (!a1.workspace || !aligned16(a1.workspace))
       return Status(StatusCode::kInvalidArgument,
-                    fmt::format("{}: a chained launch needs the 4-byte aligned workspace (its tile counters)", desc_.name));
+                    fmt::format("{}: a chained launch needs the 16-byte aligned workspace (its tile counters)", desc_.name));
     LaunchParams prm;
     Status st = fill_op(a1, &prm.op[0]);
     if (st) st = fill_op(a2, &prm.op[1]);
     if (!st || p1.total_rows == 0) return st;
     prm.counters = static_cast<int*>(a1.workspace);
+    bind_split(a1.workspace, p1, &prm);  // p2 has the same rows and experts (checked above)
     return launch(kernel_chain(), prm, max_items(p1, prm.op[0].tiles64) + max_items(p2, prm.op[1].tiles64), stream);
   }
 
@@ -173,9 +200,29 @@ class Sm90Tactic final : public GroupedGemmTactic {
   static KernelFn kernel_fc2() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc2>; }
   static KernelFn kernel_chain() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kChain>; }
 
-  static bool aligned4(const void* ws) { return (reinterpret_cast<uintptr_t>(ws) & 3) == 0; }
+  static bool aligned16(const void* ws) { return (reinterpret_cast<uintptr_t>(ws) & 15) == 0; }
 
-  // Upper bound on the work items of one GEMM: every expert may add a partial token tile.
+  // Workspace regions (workspace_bytes): schedule and chain counters, split counters, split partials.
+  static size_t split_counters_offset(const GemmProblem& p) {
+    return sizeof(int) * static_cast<size_t>(3 + p.total_rows / BN + p.num_experts + 1);
+  }
+  static size_t partials_offset(const GemmProblem& p) {
+    const size_t end = split_counters_offset(p) + (Cfg::kSplitCapable ? sizeof(int) * kConsumerWarpgroups * kMaxSplitItems : 0);
+    return (end + 15) / 16 * 16;
+  }
+  // The split reduction's mode and workspace regions; none without the dynamic schedule's workspace.
+  void bind_split(void* ws, const GemmProblem& p, LaunchParams* prm) const {
+    if (!Cfg::kSplitCapable || ws == nullptr || static_schedule_) {
+      prm->split_mode = 1;
+      return;
+    }
+    prm->split_mode = split_mode_;
+    prm->split_slots = sm_count_ * CTAS;
+    prm->split_counters = reinterpret_cast<int*>(static_cast<uint8_t*>(ws) + split_counters_offset(p));
+    prm->partials = reinterpret_cast<float4*>(static_cast<uint8_t*>(ws) + partials_offset(p));
+  }
+
+  // Upper bound on the units of one GEMM: every expert may add a partial token tile.
   static int64_t max_items(const GemmProblem& p, int tiles64) {
     const int64_t mtiles = (tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
     return (p.total_rows / BN + p.num_experts) * mtiles;
@@ -216,9 +263,15 @@ class Sm90Tactic final : public GroupedGemmTactic {
     return Status::ok();
   }
 
+  // The grid: one CTA per SM slot, but no more than the launch can have items, so a small problem
+  // launches no idle CTAs (their prologue would take SM slots from a concurrent kernel, the shared
+  // expert's side stream and the routed GEMMs). The automatic split makes at most half the slots of
+  // items (choose_split), so a splitting launch gets that many CTAs; a forced split may give a CTA
+  // several items.
   Status launch(KernelFn fn, const LaunchParams& prm, int64_t max_items, Stream stream) const {
-    const unsigned grid =
-        static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(int64_t(sm_count_) * CTAS, max_items)));
+    const int64_t slots = int64_t(sm_count_) * CTAS;
+    const int64_t items = prm.split_mode == 0 ? std::max(max_items, slots / 2) : max_items;
+    const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(slots, items)));
     return cuda_status(launch_pdl(fn, dim3(grid), dim3(kThreads), Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream), prm),
                        "kernel launch", desc_.name);
   }
@@ -226,6 +279,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   TacticDesc desc_;
   int sm_count_ = 0;
   bool static_schedule_ = false;  // FP4MOE_SM90_STATIC_SCHEDULE
+  int split_mode_ = 0;            // FP4MOE_SM90_SPLIT_K (LaunchParams::split_mode)
 };
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};

@@ -11,12 +11,12 @@
 // Warp roles (384 threads, tile_config.h):
 //   warpgroup 0  producers (sm90_producer.cuh): warp 0 takes the work items and fills the stage ring with
 //                bulk (TMA) weight copies, warp 1 with the token rows (TMA or cp.async); setmaxnreg.dec
-//                to 56 (40 with two CTAs per SM); warps 2-3 leave.
+//                to 56 (48 with two CTAs per SM); warps 2-3 leave.
 //   warpgroups 1, 2  consumers: setmaxnreg.inc to 224 (96); dequantise the NVFP4 weights into wgmma A
 //                registers and run RS wgmma against the token tile (sm90_consumer.cuh).
 // Shared memory: the stage ring, 2 x STAGES + 16 mbarriers, the work-list table (byte offsets in
 // tile_config.h). Barriers: full[s] expects 1 + 32 arrivals plus the stage's TMA bytes; empty[s]
-// expects 8 arrivals (one per consumer warp).
+// expects 256 arrivals (every consumer thread).
 // Packed weight and scale layout: sm90_layout.h (kSm90Interleaved).
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only; nothing from the driver library is linked)
@@ -55,25 +55,95 @@ struct Params {
   int kchunks = 0;                          // packed k64 chunks per expert
 };
 
-// What a launch runs: FC1 alone, FC2 alone, or FC1 chained into FC2 (op[0] FC1, op[1] FC2 reading op[0]'s
-// output rows, the same experts and offsets). In a chained launch the FC2 item of token tile t waits
-// until every FC1 item of t has stored its rows: each FC1 consumer warpgroup, after its stores,
-// synchronises, and one thread fences and adds 1 to t's counter and to the all-FC1 counter; the token
-// producer (warp 1) of an FC2 item spins (acquire) until t's counter reaches 2 x FC1's m-tiles, or
-// sees every FC1 item done (after which it checks no more), and only then loads the token rows by TMA
-// (after a proxy fence: the rows were written by the generic proxy, TMA reads by the async one). The
-// weight producer (warp 0) never waits: FC2's weights stream while FC1's last items finish.
-// All FC1 items precede every FC2 item in the counter's order and no FC1 item waits, so every wait ends
-// once the CTAs holding FC1 items run: the persistent grid is sized to be co-resident, and a CTA that
-// is not yet resident (its SM busy with another stream's kernel) holds only its static first item, one
-// of the lowest indices, and gets its SM when that kernel ends. One launch instead of two removes a
-// kernel boundary: the FC1 tail overlaps FC2's first weight copies (docs/perf.md, sm90 steps 18-21).
+// What a launch runs: FC1 alone, FC2 alone, or FC1 chained into FC2 (op[0] FC1, op[1] FC2 reading op[0]'s output
+// rows, the same experts and offsets). In a chained launch the FC2 item of token tile t waits until every FC1 item
+// of t has stored its rows: each FC1 consumer warpgroup, after its stores (a split tile's last part only),
+// synchronises, and one thread fences and adds 1 to t's counter and to the all-FC1 counter; the token producer
+// (warp 1) of an FC2 item spins (acquire) until t's counter reaches 2 x FC1's m-tiles, or sees every FC1 item done
+// (after which it checks no more), and only then loads the token rows by TMA (after a proxy fence: the rows were
+// written by the generic proxy, TMA reads by the async one). The weight producer (warp 0) never waits: FC2's
+// weights stream while FC1's last items finish. All FC1 items precede every FC2 item in the counter's order and no
+// FC1 item waits, so every wait ends once the CTAs holding FC1 items run: the persistent grid is sized to be
+// co-resident, and a CTA that is not yet resident (its SM busy with another stream's kernel) holds only its static
+// first item, one of the lowest indices, and gets its SM when that kernel ends. One launch instead of two removes
+// a kernel boundary: the FC1 tail overlaps FC2's first weight copies (docs/perf.md, sm90 steps 18-21).
 struct LaunchParams {
   Params op[2];            // op[1] only for kChain
   // Workspace: [2] schedule counters, then (kChain) FC1 signals in all and one count per token tile;
   // null: the static schedule.
   int* counters = nullptr;
+  // Split reduction (sm90_scheduler.cuh, choose_split): 0 automatic, 1 never, N > 1 up to N parts.
+  // Workspace regions: one arrival counter per (unit, consumer warpgroup) and the fp32 partial tiles
+  // of the split items, [kMaxSplitItems][consumer][M64 tile][BN/8][128 threads] float4.
+  int split_mode = 1;
+  int split_slots = 0;     // SMs x CTAs per SM (the automatic split's budget of items)
+  int* split_counters = nullptr;
+  float4* partials = nullptr;
 };
+
+// The split reduction of one consumer warpgroup's tile (split items only): stores this part's
+// accumulators, counts the part in; the last part to arrive sums the S partials in part order into
+// acc (bit-identical whatever the arrival order), zeroes them and the tile's counter (a run leaves the
+// whole workspace zero, as GroupedGemmArgs::workspace promises, so a later run of any shape or tactic
+// on the same workspace finds its counters at zero) and returns true; the others return false and
+// skip the epilogue. The barriers and fences around thread 0's atomic order every thread's partial
+// stores before the count and the last part's loads (L2, ld.global.cg) after it.
+template <class Cfg>
+__device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
+                                             float4* __restrict__ partials, int* __restrict__ counter, int first_item,
+                                             int part, int parts, int consumer, int tid, int32_t* s_flag) {
+  constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
+  constexpr int64_t kItemVecs = int64_t(kConsumerWarpgroups) * kVecs * 128;
+  float4* mine = partials + (first_item + part) * kItemVecs + consumer * kVecs * 128 + tid;
+#pragma unroll
+  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+    for (int v = 0; v < Cfg::kBN / 8; ++v)
+      mine[(u * (Cfg::kBN / 8) + v) * 128] =
+          make_float4(acc[u][4 * v], acc[u][4 * v + 1], acc[u][4 * v + 2], acc[u][4 * v + 3]);
+  named_barrier_sync(1 + consumer, 128);
+  if (tid == 0) {
+    __threadfence();
+    const bool last = atomicAdd(counter, 1) == parts - 1;
+    if (last) {
+      *counter = 0;  // every part has arrived: nothing else touches it in this launch
+      __threadfence();
+    }
+    s_flag[consumer] = last ? 1 : 0;
+  }
+  named_barrier_sync(1 + consumer, 128);
+  // Every part loads and sums; only the last one's sums are used (the others may read partials still
+  // in flight, or already zeroed, and discard them): the registers are then written on every path, and
+  // a reduction on the last part's path only made ptxas serialise the chained kernel's wgmmas (C7520).
+  const bool last = s_flag[consumer] != 0;
+  float4* first = partials + first_item * kItemVecs + consumer * kVecs * 128 + tid;
+#pragma unroll
+  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+    for (int v = 0; v < Cfg::kBN / 8; ++v) {
+      const float4* slot = first + (u * (Cfg::kBN / 8) + v) * 128;
+      float4 sum = __ldcg(slot);
+#pragma unroll 1  // unrolled, the loads in flight cost the two-CTA tiles' consumers a spill
+      for (int r = 1; r < parts; ++r) {
+        const float4 x = __ldcg(slot + r * kItemVecs);
+        sum.x += x.x;
+        sum.y += x.y;
+        sum.z += x.z;
+        sum.w += x.w;
+      }
+      acc[u][4 * v] = sum.x;
+      acc[u][4 * v + 1] = sum.y;
+      acc[u][4 * v + 2] = sum.z;
+      acc[u][4 * v + 3] = sum.w;
+    }
+  if (last)  // zero the partials for the next run (after this thread's loads of the same addresses)
+    for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+      for (int v = 0; v < Cfg::kBN / 8; ++v)
+#pragma unroll 1
+        for (int r = 0; r < parts; ++r)
+          __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  return last;
+}
 
 template <LaunchMode kMode>
 __device__ __forceinline__ bool op_is_fc1(int o) {
@@ -93,6 +163,9 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_offsets + kMaxExperts + 1;
   int32_t* s_items = s_rows + Cfg::kBN;
+  int32_t* s_flag = s_items + kItemRing;
+  using Space = ItemSpace<Cfg, kMode, LaunchParams>;
+  Space* s_space = reinterpret_cast<Space*>(s_flag + kConsumerWarpgroups);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int num_experts = p.op[0].num_experts;
@@ -100,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(&full[s], 1 + 32);
-      mbar_init(&empty[s], kConsumerWarpgroups * 4);
+      mbar_init(&empty[s], kConsumerWarpgroups * 128);
     }
     for (int i = 0; i < kItemRing; ++i) mbar_init(&item_bar[i], 1);
     fence_barrier_init();
@@ -108,23 +181,27 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   // With programmatic dependent launch (common/pdl_launch.h, FP4MOE_PDL=1) everything above overlaps the
   // previous kernel's tail; nothing global is touched before this wait.
   pdl_wait();
-  if (warp == 1) build_work_table<Cfg::kBN>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
+  if (warp == 1) {
+    build_work_table<Cfg::kBN>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
+    // The launch's item space (and split choice) once per CTA, in shared memory: every role reads the
+    // few fields it needs per item there instead of holding them in registers.
+    __syncwarp();
+    if (lane == 0) *s_space = Space(p, s_prefix);
+  }
   __syncthreads();
+  const Space& space = *s_space;
 
   const int wg = threadIdx.x >> 7;
   if (wg == 0) {
     // Producer
     setmaxnreg_dec<Cfg::Regs::kProducer>();
-    if (warp == 0) run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, lane);
-    if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, lane);
+    if (warp == 0) run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
+    if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     return;
   }
   // Consumer
   setmaxnreg_inc<Cfg::Regs::kConsumer>();
   const int consumer = wg - 1, tid = threadIdx.x & 127;
-  const int mtiles0 = (p.op[0].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-  const int mtiles1 = (p.op[1].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-  const int items0 = s_prefix[num_experts] * mtiles0;
   int stage = 0;
   uint32_t phase = 0;
   float acc[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2];
@@ -133,31 +210,45 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     mbar_wait(&full[stage], phase);
     int w = s_items[j % kItemRing];
     if (w < 0) break;
-    int o = 0;
-    if (kMode == LaunchMode::kChain && w >= items0) {
-      o = 1;
-      w -= items0;
-    }
+    int part = 0;
+    const int o = space.split(w);
+    const int unit = space.part(o, w, part);
     const Params& q = p.op[o];
-    const WorkItem it = find_work_item(s_prefix, s_offsets, num_experts, Cfg::kBN, o ? mtiles1 : mtiles0, w);
+    const WorkItem it = find_work_item(s_prefix, s_offsets, num_experts, Cfg::kBN, space.mtiles(o), unit);
     const int cta_tile0 = it.mtile * Cfg::kM64PerCta;
     const int first_tile = consumer * Cfg::kM64PerConsumer;  // within the CTA tile
     const int ntiles_valid = min(Cfg::kM64PerConsumer, q.tiles64 - cta_tile0 - first_tile);
-    consume_item<Cfg>(smem, full, empty, q.kchunks / Cfg::kChunksPerStage, first_tile, tid, acc, stage, phase);
+    const int parts = Cfg::kSplitCapable ? space.parts(o) : 1;
+    consume_item<Cfg>(smem, full, empty, q.kchunks / Cfg::kChunksPerStage / parts, first_tile, tid, acc, stage, phase);
+    // The epilogue reads a copy of the summed accumulators, which a split item's reduction replaces by
+    // the whole tile's sum (and which the wgmmas of the next item never touch).
+    float res[Cfg::kM64PerConsumer][Cfg::kBN / 2];
+#pragma unroll
+    for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+      for (int i = 0; i < Cfg::kBN / 2; ++i) res[u][i] = acc[u][0][i];
+    bool finish = true;  // a split tile's last part to finish runs its epilogue
+    if constexpr (Cfg::kSplitCapable) {
+      if (parts > 1) {
+        const int base = space.split_base(o);
+        finish = reduce_split<Cfg>(res, p.partials, p.split_counters + (base + unit) * kConsumerWarpgroups + consumer,
+                                   base + unit * parts, part, parts, consumer, tid, s_flag);
+      }
+    }
     // Epilogue
     if (op_is_fc1<kMode>(o)) {
       const float s0 = q.tensor_scales[2 * it.expert] * kAccumulatorScale;
       const float s1 = q.tensor_scales[2 * it.expert + 1] * kAccumulatorScale;
 #pragma unroll
       for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-        if (u < ntiles_valid)
-          store_tile<Cfg::kBN, true>(acc[u][0], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
+        if (finish && u < ntiles_valid)
+          store_tile<Cfg::kBN, true>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
                                      s1, tid);
       if (kMode == LaunchMode::kChain) {
         // This warpgroup's rows of token tile it.tile are stored: publish them to FC2's token producers
         // (the barrier orders the warpgroup's stores before thread 0's release).
         named_barrier_sync(1 + consumer, 128);
-        if (tid == 0) {
+        if (tid == 0 && finish) {
           __threadfence();
           atomicAdd(&p.counters[3 + it.tile], 1);
           atomicAdd(&p.counters[2], 1);
@@ -167,8 +258,8 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
       const float s0 = q.tensor_scales[it.expert] * kAccumulatorScale;
 #pragma unroll
       for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-        if (u < ntiles_valid)
-          store_tile<Cfg::kBN, false>(acc[u][0], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
+        if (finish && u < ntiles_valid)
+          store_tile<Cfg::kBN, false>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
                                       s0, tid);
     }
   }

@@ -18,7 +18,8 @@
 // are b, b + gridDim.x, ..., through the same ring. Warp 0 runs at most STAGES items ahead of the
 // consumers and warp 1 never behind them, so the 16-slot item ring is not overrun.
 //
-// Per work item and stage (k range [k0, k0 + BK)), after the stage's empty barrier has completed:
+// Per work item and stage (k range [k0, k0 + BK); a split item covers its part of K only), after the
+// stage's empty barrier has completed:
 //   warp 0, lane 0  expect_tx(full, weight bytes + token bytes when they come by TMA), then one bulk copy
 //            (TMA, cp.async.bulk) per valid 64-row tile: the tile's BK/64 packed blocks are contiguous
 //            in global memory (expert, tile, chunk order), so one copy of BK/64 * 2304 bytes lands the
@@ -53,11 +54,11 @@ namespace sm90 {
 // Warp 0: the work items and the weight copies.
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
-                                    uint64_t* item_bar, int32_t* s_prefix, int lane) {
+                                    uint64_t* item_bar, int32_t* s_prefix,
+                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
   const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_items = s_prefix + 2 * (kMaxExperts + 1) + Cfg::kBN;
   const uint64_t policy = policy_evict_first();
-  const ItemSpace<Cfg, kMode, LaunchParams> space(p, s_prefix);
   int stage = 0;
   uint32_t phase = 0;
   // Item j + 1 is fetched while item j is produced, so the atomic's round trip is off the critical path;
@@ -88,14 +89,17 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
       s_items[j % kItemRing] = w;
       mbar_arrive(&item_bar[j % kItemRing]);
     }
-    int wl = w;
+    int wl = w, part = 0;
     const int o = space.split(wl);
+    const int unit = space.part(o, wl, part);
     const auto& q = p.op[o];
-    const int nstages = q.kchunks / Cfg::kChunksPerStage;  // kchunks is a multiple (kPackKAlign)
-    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), wl);
+    // kchunks is a multiple of the stage (kPackKAlign); a split item covers 1/S of the stages.
+    const int nstages = q.kchunks / Cfg::kChunksPerStage / space.parts(o);
+    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), unit);
     const int tile0 = it.mtile * Cfg::kM64PerCta;
     const int ntiles = min(Cfg::kM64PerCta, q.tiles64 - tile0);
-    const uint8_t* wsrc = q.weights + (static_cast<int64_t>(it.expert) * q.tiles64 + tile0) * q.kchunks * kPackBlockBytes;
+    const uint8_t* wsrc = q.weights + (static_cast<int64_t>(it.expert) * q.tiles64 + tile0) * q.kchunks * kPackBlockBytes +
+                          static_cast<int64_t>(part * nstages * Cfg::kChunksPerStage) * kPackBlockBytes;
     const uint32_t tx = Cfg::kWeightTileBytes * ntiles + (q.tok_tma ? Cfg::kTokenBytes : 0);
     for (int ks = 0; ks < nstages; ++ks) {
       mbar_wait(&empty[stage], phase ^ 1u);
@@ -122,14 +126,15 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
 // Warp 1: the token rows of every stage.
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
-                                   uint64_t* item_bar, int32_t* s_prefix, int lane) {
+                                   uint64_t* item_bar, int32_t* s_prefix,
+                                   const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
   const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_prefix + 2 * (kMaxExperts + 1);
   const int32_t* s_items = s_rows + Cfg::kBN;
-  const ItemSpace<Cfg, kMode, LaunchParams> space(p, s_prefix);
   // A chained FC2 item's token tile is ready when both consumer warpgroups of each FC1 m-tile signalled it.
+  // Only the part of a split FC1 tile that finishes it signals.
   const int tile_ready = kConsumerWarpgroups * space.mtiles0;
-  const int fc1_all = kConsumerWarpgroups * space.items0;  // every FC1 item signalled
+  const int fc1_all = kConsumerWarpgroups * space.units0;  // every FC1 tile signalled
   bool fc1_done = false;
   constexpr int kRowChunks = Cfg::kBK / 8;  // 16-byte chunks per token row per stage
   static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");
@@ -148,10 +153,13 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
     mbar_wait(&item_bar[j % kItemRing], static_cast<uint32_t>(j / kItemRing) & 1u);
     int w = s_items[j % kItemRing];
     if (w < 0) break;
+    int part = 0;
     const int o = space.split(w);
+    const int unit = space.part(o, w, part);
     const auto& q = p.op[o];
-    const int nstages = q.kchunks / Cfg::kChunksPerStage;
-    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), w);
+    const int nstages = q.kchunks / Cfg::kChunksPerStage / space.parts(o);
+    const int stage0 = part * nstages;  // a split item's first stage of the tile's K range
+    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), unit);
     // Source row of each token of the tile (-1 past the expert's rows), read once per item.
     __syncwarp();
     for (int r = lane; r < Cfg::kBN; r += 32) {
@@ -176,7 +184,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       fc1_done = __shfl_sync(0xffffffffu, fc1_done, 0);
     }
     for (int ks = 0; ks < nstages; ++ks) {
-      const int chunk0 = ks * Cfg::kChunksPerStage;
+      const int chunk0 = (stage0 + ks) * Cfg::kChunksPerStage;
       mbar_wait(&empty[stage], phase ^ 1u);
       uint8_t* st = smem + stage * Cfg::kStageBytes;
       if (q.tok_tma) {

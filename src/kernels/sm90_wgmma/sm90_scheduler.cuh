@@ -1,30 +1,34 @@
 // Scheduler of the sm90 family: the device-built work list of a persistent grid.
 //
-// Work item = (op, expert e, CTA m-tile mt, token tile tt). Expert e has rows_e = offsets[e+1] -
+// Work item = (op, expert e, CTA m-tile mt, token tile tt[, K part r]). Expert e has rows_e = offsets[e+1] -
 // offsets[e] rows and tiles_e = ceil(rows_e / BN) token tiles; an op (FC1 or FC2) with `mtiles` m-tiles
-// (BM packed rows each) has items_e = tiles_e * mtiles items of expert e. At kernel start one warp reads
+// (BM packed rows each) has units_e = tiles_e * mtiles tiles (units) of expert e, one work item each
+// unless the op splits K (below: S items per unit). At kernel start one warp reads
 // the E+1 offsets (the host never sees them) and writes into shared memory
 //   prefix[e] = sum of tiles_f for f < e   (prefix[E] = token tiles)   and   offsets[e] (a copy),
-// so token tile tt of expert e has the launch-wide id prefix[e] + tt, and an op's items of expert e are
+// so token tile tt of expert e has the launch-wide id prefix[e] + tt, and an op's units of expert e are
 // [prefix[e] * mtiles, prefix[e+1] * mtiles). A launch runs one op, or two chained (FC1 then FC2 on
 // FC1's output, sm90_nvfp4w4a16_grouped.cuh): items 0 .. n1-1 are FC1's, n1 .. n1+n2-1 FC2's.
 // CTA b starts with item b; later items come in order from a global counter (fetch_work_item: one
 // atomicAdd per item by the producer, which passes the item to its consumers through shared memory,
 // sm90_producer.cuh), so a CTA that starts late because its SM is busy (the shared expert on the side
 // stream, another stream's kernel) takes fewer items instead of delaying the whole grid, as a static b,
-// b + gridDim.x, ... stride did (docs/perf.md, sm90 step 16). Within an op, item w belongs to the
+// b + gridDim.x, ... stride did (docs/perf.md, sm90 step 16). Within an op, unit w belongs to the
 // expert e with prefix[e] <= w / mtiles < prefix[e+1] (binary search), local = w - prefix[e] * mtiles,
 // mt = local / tiles_e, tt = local % tiles_e: consecutive items are the token tiles of one m-tile, so
 // CTAs running at the same time read the same weight rows (one HBM read, the rest from L2).
 //
 // The counters in the tactic's workspace (next item, CTAs done, then for a chained launch FC1's
 // signals: all of them, and one count per token tile) are zero before a launch and zero again after
-// it: the last CTA to finish resets them (finish_work_items), so graph replays need no memset. Whoever
-// allocates the workspace zeroes it once (GroupedGemmTactic::workspace_bytes). Without a workspace (or
+// it: the last CTA to finish resets them (finish_work_items), and the last part of a split tile resets
+// that tile's arrival counter, so graph replays need no memset. Whoever allocates the workspace zeroes
+// it once (GroupedGemmTactic::workspace_bytes). Without a workspace (or
 // with FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ..., the same item ring and
 // sentinel, no atomics.
 #pragma once
 #include <cstdint>
+
+#include "kernels/sm90_wgmma/tile_config.h"
 
 namespace fp4moe {
 namespace sm90 {
@@ -101,17 +105,57 @@ __device__ __forceinline__ void finish_work_items(int* counters, int extra) {
   }
 }
 
+// Split reduction (split-K). An op whose tiles are too few to fill the grid splits each tile's K range
+// into S parts (a power of two, S <= kMaxSplit, dividing the op's stages): a tile (unit) u becomes the
+// items u*S .. u*S + S-1, part r covering stages [r * nstages/S, (r+1) * nstages/S). Every part stores
+// its fp32 accumulators to the workspace; the last part to arrive at the tile's counter sums the S
+// partials in part order (so the result does not depend on the arrival order) and runs the epilogue.
+// The choice is made on the device from the tile count (the host never sees the expert offsets), the
+// same in every CTA:
+//   mode 0 (automatic): double S while the op's items (units * 2S) still fit the machine's CTA slots
+//                       (SMs x CTAs per SM: LaunchParams::split_slots) once, every part
+//                       keeps at least kMinAutoSplitStages stages, and the splits fit kMaxSplitItems.
+//                       An op with about as many units as CTAs does not split: at GLM-5 T=1 (256 FC1
+//                       units, 264 CTAs) two half-length items per CTA measured 12% slower than one
+//                       (docs/perf.md, sm90 step 22);
+//   mode 1:             no split;
+//   mode N > 1:         the largest S <= N that divides the stages and fits (tests and experiments).
+__device__ __forceinline__ int choose_split(bool capable, int mode, int units, int nstages, int budget, int slots) {
+  if (!capable || mode == 1 || units == 0) return 1;
+  const int cap = mode == 0 ? kMaxSplit : min(mode, kMaxSplit);
+  const int min_stages = mode == 0 ? kMinAutoSplitStages : 1;
+  int s = 1;
+  while (2 * s <= cap && nstages % (2 * s) == 0 && nstages / (2 * s) >= min_stages && units * 2 * s <= budget &&
+         (mode != 0 || units * 2 * s <= slots))
+    s *= 2;
+  return s;
+}
+
 // The items of a launch: op 0's first, then (a chained launch) op 1's; split() turns a launch-wide item
-// into its op (0, or 1 for a chained launch's FC2) and its item within the op.
+// into its op (0, or 1 for a chained launch's FC2) and its item within the op; part() then turns that
+// into the op's unit (the tile find_work_item locates) and its K part. Built once per CTA into shared
+// memory (sm90_nvfp4w4a16_grouped.cuh).
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 struct ItemSpace {
-  int mtiles0, mtiles1, items0, total;
+  int mtiles0, mtiles1;
+  int units0, units1;    // tiles of each op: token tiles x m-tiles
+  int split0, split1;    // K parts per unit (1: no split)
+  int items0, total;
+  int split_base1;       // op 1's first item and unit in the split workspace (after op 0's, if it split)
   __device__ ItemSpace(const LaunchParams& p, const int32_t* s_prefix) {
     const int tiles = s_prefix[p.op[0].num_experts];
     mtiles0 = (p.op[0].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
     mtiles1 = (p.op[1].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-    items0 = tiles * mtiles0;
-    total = items0 + (kMode == LaunchMode::kChain ? tiles * mtiles1 : 0);
+    units0 = tiles * mtiles0;
+    units1 = kMode == LaunchMode::kChain ? tiles * mtiles1 : 0;
+    const int mode = p.split_mode;
+    split0 = choose_split(Cfg::kSplitCapable, mode, units0, p.op[0].kchunks / Cfg::kChunksPerStage, kMaxSplitItems,
+                          p.split_slots);
+    items0 = units0 * split0;
+    split_base1 = split0 > 1 ? items0 : 0;
+    split1 = choose_split(Cfg::kSplitCapable, mode, units1, p.op[1].kchunks / Cfg::kChunksPerStage,
+                          kMaxSplitItems - split_base1, p.split_slots);
+    total = items0 + units1 * split1;
   }
   // Splits w into (op, item within the op); returns the op.
   __device__ int split(int& w) const {
@@ -122,9 +166,19 @@ struct ItemSpace {
     return 0;
   }
   __device__ int mtiles(int o) const { return o ? mtiles1 : mtiles0; }
+  __device__ int parts(int o) const { return o ? split1 : split0; }
+  // Item w of op o -> its unit (returned) and K part r.
+  __device__ int part(int o, int w, int& r) const {
+    const int s = parts(o);
+    r = w % s;
+    return w / s;
+  }
+  // Op o's first index in the split workspace (items and units alike: units <= items).
+  __device__ int split_base(int o) const { return o ? split_base1 : 0; }
 };
+static_assert(sizeof(int) * kItemSpaceInts >= 9 * sizeof(int), "tile_config.h reserves the ItemSpace's shared memory");
 
-// Item w (0-based within its op) of an op with `mtiles` m-tiles.
+// Unit w (0-based within its op) of an op with `mtiles` m-tiles.
 __device__ __forceinline__ WorkItem find_work_item(const int32_t* s_prefix, const int32_t* s_offsets,
                                                    int num_experts, int bn, int mtiles, int w) {
   // Largest e with prefix[e] <= w / mtiles; experts without rows occupy no range, so

@@ -15,7 +15,9 @@
 //   then kStages full barriers, kStages empty barriers, kItemRing item barriers (8 bytes each),
 //   then the work-list table: item prefix [kMaxExperts + 1] and expert offsets [kMaxExperts + 1] (int32),
 //   then the producer's source-row table of the current item [BN] (int32),
-//   then the item ring [kItemRing] (int32): the work items the producer fetched, in order, for the consumers.
+//   then the item ring [kItemRing] (int32): the work items the producer fetched, in order, for the consumers,
+//   then one flag per consumer warpgroup (int32): "this split finished its tile" (split reduction),
+//   then the launch's item space (sm90_scheduler.cuh, ItemSpace: kItemSpaceInts int32).
 #pragma once
 #include <cstdint>
 
@@ -30,13 +32,27 @@ constexpr int kMaxExperts = 512;            // the work-list table lives in shar
 constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
 constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
 
+// Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
+// of two up to kMaxSplit; the splits of one launch are at most kMaxSplitItems items, whose fp32 partial
+// tiles (BM x BN floats each) and per-tile arrival counters live in the tactic's workspace. Only the
+// decode tiles (BN <= 16, a few floats per thread) split.
+constexpr int kMaxSplit = 8;
+constexpr int kItemSpaceInts = 12;          // shared-memory room for the launch's ItemSpace
+constexpr int kMaxSplitItems = 1024;
+constexpr int kMinAutoSplitStages = 4;      // the automatic choice leaves every split this many stages
+constexpr bool split_capable(int bn) { return bn <= 16; }
+// Workspace bytes of the split partials (the workspace's last region).
+constexpr int64_t split_partial_bytes(int bm, int bn) {
+  return split_capable(bn) ? int64_t(kMaxSplitItems) * bm * bn * 4 : 0;
+}
+
 // Registers per thread: at launch (the compiler's limit from __launch_bounds__(384, CTAS)), and the
 // setmaxnreg targets of the producer and consumer warpgroups. The CTA's pool is launch * 384; what the
 // producer gives back must cover what the consumers take: 128 (launch - producer) >= 256 (consumer - launch).
 template <int CTAS>
 struct RegisterPlan {
   static constexpr int kLaunch = CTAS == 1 ? 168 : 80;
-  static constexpr int kProducer = CTAS == 1 ? 56 : 40;
+  static constexpr int kProducer = CTAS == 1 ? 56 : 48;  // 48: all the two-CTA pool allows
   static constexpr int kConsumer = CTAS == 1 ? 224 : 96;
   static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
   static_assert(128 * (kLaunch - kProducer) >= 256 * (kConsumer - kLaunch), "setmaxnreg would wait forever");
@@ -61,7 +77,8 @@ struct TileConfig {
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
   static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing) * 8;
-  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing) * 4;
+  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing + kConsumerWarpgroups + kItemSpaceInts) * 4;
+  static constexpr bool kSplitCapable = split_capable(BN);
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
 
