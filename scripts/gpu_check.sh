@@ -92,8 +92,8 @@ sanitize() {
 FP4MOE_SERIAL_STREAM=0 sanitize memcheck sanitize_memcheck.log memcheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
 FP4MOE_SERIAL_STREAM=1 sanitize racecheck sanitize_racecheck.log racecheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
 # racecheck of every sm90 tactic on the tactics test's shapes (longer reductions and more rows than the
-# Sanitize.* cases), one GEMM at a time and chained: it reports hazards the Sanitize.* cases do not, with
-# this and the previous commit's kernels (open; docs/perf.md, "Latest run")
+# Sanitize.* cases, so every stage of the ring is reused), one GEMM at a time and chained (docs/perf.md,
+# sm90 step 24: clean since every consumer thread releases the stages it read)
 sanitize "racecheck (sm90 tactics)" sanitize_racecheck_sm90.log racecheck "$stage/tests/sm90_tactics_test" \
   --gtest_filter='*EveryTactic*:*Chained*'
 
