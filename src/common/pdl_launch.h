@@ -9,12 +9,13 @@
 // affects scheduling only, never visibility. On devices before sm_90 both are no-ops and the launch
 // attribute is left off, so the launch is an ordinary stream-ordered one. Inside a CUDA graph capture the
 // attribute becomes a programmatic edge of the graph.
-// Off by default; FP4MOE_PDL=1 turns the attribute on. Measured on the H200 it made no difference to
-// the CUDA-graph forward (within 1%, docs/perf.md step 6), and with the TMA token loads of the sm90
-// family compute-sanitizer racecheck did not finish the engine forward with it on (it passes with it
-// off), so the default is the configuration the sanitizers check. The kernels call pdl_wait() either
-// way (a no-op without the attribute) and trigger only at exit: with early triggers the next GEMM's
-// CTAs took SM slots the shared expert's side stream needed (T = 8 forward 489 -> 507 us).
+// On by default; FP4MOE_PDL=0 turns the attribute off. On the H200 it made no difference to the
+// CUDA-graph forward at first (within 1%, docs/perf.md step 6) and compute-sanitizer racecheck did not
+// finish the engine forward with it on, so it stayed off; with the kernels of sm90 steps 22-24 it
+// measured 1-2% faster at decode and the whole GPU check, racecheck included, passes with it on. The
+// kernels call pdl_wait() either way (a no-op without the attribute) and trigger only at exit: with
+// early triggers the next GEMM's CTAs took SM slots the shared expert's side stream needed (T = 8
+// forward 489 -> 507 us).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -35,12 +36,12 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Whether launches on the current device get the programmatic-serialization attribute (FP4MOE_PDL=1
-// and sm_90 or newer). Cached per device ordinal.
+// Whether launches on the current device get the programmatic-serialization attribute (sm_90 or newer,
+// unless FP4MOE_PDL=0). Cached per device ordinal.
 inline bool pdl_enabled() {
   static const bool requested = [] {
     const char* v = std::getenv("FP4MOE_PDL");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   if (!requested) return false;
   constexpr int kMaxDevices = 64;

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
     permute_small_kernel(const int32_t* __restrict__ ids, int pairs, int topk, int experts, int tokens,
                          int32_t* __restrict__ offsets, int32_t* __restrict__ gather, int32_t* __restrict__ pair_pos,
                          int32_t* __restrict__ shared_offsets) {
-  pdl_wait();  // for programmatic dependent launch (common/pdl_launch.h; off by default); no early trigger
+  pdl_wait();  // for programmatic dependent launch (common/pdl_launch.h); no early trigger
   __shared__ int count[kSmallWarps][kSmallMaxExperts];  // per warp: pairs per expert, then row bases
   __shared__ uint16_t rank_s[kSmallMaxPairs];            // 40 KB in all, under the 48 KB static limit
   __shared__ int warp_tot[kSmallWarps];

@@ -201,7 +201,7 @@ template <bool kSigmoid, int PMAX>
 __global__ void __launch_bounds__(kRouteWarps * 32)
     route_fast_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int tokens, RouteParams rp,
                       int32_t* __restrict__ ids, float* __restrict__ weights) {
-  pdl_wait();  // for programmatic dependent launch (common/pdl_launch.h; off by default); no early trigger
+  pdl_wait();  // for programmatic dependent launch (common/pdl_launch.h); no early trigger
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t = blockIdx.x * kRouteWarps + warp;
   if (t >= tokens) return;  // whole warp

@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     for (int i = 0; i < kItemRing; ++i) mbar_init(&item_bar[i], 1);
     fence_barrier_init();
   }
-  // With programmatic dependent launch (common/pdl_launch.h, FP4MOE_PDL=1) everything above overlaps the
-  // previous kernel's tail; nothing global is touched before this wait.
+  // With programmatic dependent launch (common/pdl_launch.h, on unless FP4MOE_PDL=0) everything above
+  // overlaps the previous kernel's tail; nothing global is touched before this wait.
   pdl_wait();
   if (warp == 1) {
     build_work_table<Cfg::kBN>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
