@@ -68,9 +68,9 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
       if (!best || d->tile_n > best->tile_n) best = d;
   // Among the tiles of that token width, the first in registration order whose k per stage leaves the
   // reduction at least kMinStages pipeline stages (one for a two-CTA tile, below); with none, the one
-  // with the most stages. A deep
-  // stage that a short reduction fills once or twice leaves the pipeline empty at every work item (the
-  // TP8 shard's FC2, K = 256, measured 20% slower on the k256 decode tile than on the k128 one).
+  // with the most stages. A deep stage that a short reduction fills once or twice leaves the pipeline
+  // empty at every work item (the TP8 shard's FC2, K = 256, measured 20% slower on the one-CTA k256
+  // decode tile than on the k128 one).
   // Problems of few work items (active experts x weight-row tiles below kFewItems: one or two items per
   // CTA, where the first stages' latency is not hidden behind later items) take the deepest such stage
   // instead: the GLM-5 forward at T = 1 (routed FC1 256 items, FC2 384, the shared expert's 32 and 48)

@@ -165,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   int32_t* s_items = s_rows + Cfg::kBN;
   int32_t* s_flag = s_items + kItemRing;
   using Space = ItemSpace<Cfg, kMode, LaunchParams>;
+  static_assert(sizeof(Space) <= sizeof(int32_t) * kItemSpaceInts, "tile_config.h reserves too little for ItemSpace");
   Space* s_space = reinterpret_cast<Space*>(s_flag + kConsumerWarpgroups);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -176,7 +176,6 @@ struct ItemSpace {
   // Op o's first index in the split workspace (items and units alike: units <= items).
   __device__ int split_base(int o) const { return o ? split_base1 : 0; }
 };
-static_assert(sizeof(int) * kItemSpaceInts >= 9 * sizeof(int), "tile_config.h reserves the ItemSpace's shared memory");
 
 // Unit w (0-based within its op) of an op with `mtiles` m-tiles.
 __device__ __forceinline__ WorkItem find_work_item(const int32_t* s_prefix, const int32_t* s_offsets,
