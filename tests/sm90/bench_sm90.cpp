@@ -10,7 +10,11 @@
 //   FLOPs         = 2 * T * topk * 3 * I * H
 // Weights are filled with a constant byte pattern: the kernel's work does not depend on the values
 // (correctness is tactics_test's job). The device-to-device copy ceiling is measured in the same run.
-//   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50]
+//   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50] [--trace FILE]
+// --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
+// the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
+// with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
+// the engine runs it; every CTA's per-item times go to FILE as CSV (tools/sm90_timeline.py summarises).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -25,6 +29,7 @@
 #include "engine/engine_kernels.h"
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
+#include "kernels/sm90_wgmma/sm90_trace.cuh"
 #include "sm90_test_util.h"
 
 namespace fp4moe {
@@ -112,6 +117,7 @@ double read_ceiling_tbs(cudaStream_t s, int sms) {
 int run(int argc, char** argv) {
   bool tp8 = false, ceiling = true;
   std::string only;  // --tactic NAME: time this tactic alone (e.g. under a profiler)
+  std::string trace_path;  // --trace FILE
   int iters = 50;
   std::vector<int64_t> tokens_list = {1, 8, 32, 128, 512, 2048, 8192};
   for (int i = 1; i < argc; ++i) {
@@ -120,6 +126,7 @@ int run(int argc, char** argv) {
     else if (a == "--no-ceiling") ceiling = false;
     else if (a == "--tactic" && i + 1 < argc) only = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    else if (a == "--trace" && i + 1 < argc) trace_path = argv[++i];
     else if (a == "--tokens" && i + 1 < argc) {
       tokens_list.clear();
       std::string v = argv[++i];
@@ -130,7 +137,8 @@ int run(int argc, char** argv) {
         pos = c == std::string::npos ? v.size() : c + 1;
       }
     } else {
-      fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--tactic NAME] [--no-ceiling]\n");
+      fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--tactic NAME] [--no-ceiling] "
+                 "[--trace FILE]\n");
       return 2;
     }
   }
@@ -182,6 +190,43 @@ int run(int argc, char** argv) {
     if (!st.is_ok()) {
       fmt::print("{}: init failed: {}\n", t->desc().name, st.to_string());
       return 1;
+    }
+  }
+  // --trace: the timeline buffer, the shared expert's weights (one expert) and its offsets {0, T}.
+  std::unique_ptr<DeviceBuffer> trace_buf, ws1, ws2, soff, hs, ys, wss;
+  std::FILE* trace_file = nullptr;
+  GemmProblem ps1{GemmOp::kFc1SwiGlu, 1, I, kH, max_tokens, max_tokens}, ps2{GemmOp::kFc2, 1, kH, I, max_tokens,
+                                                                              max_tokens};
+  if (!trace_path.empty()) {
+    trace_buf = std::make_unique<DeviceBuffer>(sm90::kTraceBytes);
+    SM90_CUDA_OK(cudaMemset(trace_buf->get(), 0, trace_buf->size()));
+    Status st = sm90::set_trace_buffer(trace_buf->get());
+    if (!st.is_ok()) {
+      fmt::print(stderr, "bench_sm90 --trace: {}\n", st.to_string());
+      return 2;
+    }
+    trace_file = std::fopen(trace_path.c_str(), "w");
+    if (!trace_file) {
+      fmt::print(stderr, "bench_sm90 --trace: cannot open {} for writing\n", trace_path);
+      return 2;
+    }
+    fmt::print(trace_file, "T,run,mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns\n");
+    ws1 = std::make_unique<DeviceBuffer>(ops->bytes(ps1));
+    ws2 = std::make_unique<DeviceBuffer>(ops->bytes(ps2));
+    SM90_CUDA_OK(cudaMemset(ws1->get(), 0x37, ws1->size()));
+    SM90_CUDA_OK(cudaMemset(ws2->get(), 0x37, ws2->size()));
+    soff = std::make_unique<DeviceBuffer>(8);
+    hs = std::make_unique<DeviceBuffer>(max_tokens * I * 2);
+    ys = std::make_unique<DeviceBuffer>(max_tokens * kH * 2);
+    wss = std::make_unique<DeviceBuffer>(ws.size());
+    SM90_CUDA_OK(cudaMemset(wss->get(), 0, wss->size()));
+    for (auto& t : tactics) {
+      Status sti = t->init(ps1);
+      if (sti.is_ok()) sti = t->init(ps2);
+      if (!sti.is_ok()) {
+        fmt::print("{}: init failed: {}\n", t->desc().name, sti.to_string());
+        return 1;
+      }
     }
   }
   std::mt19937 rng(2024);
@@ -307,8 +352,100 @@ int run(int argc, char** argv) {
                  "fc1>fc2", r.active, "best chain", best_chain * 1e3, tbs_chain,
                  (flops1 + flops2) / (best_chain * 1e-3) / 1e12, pct(tbs_chain), best_chain_name, ms * 1e3);
     }
+    if (trace_file && !best_chain_name.empty()) {
+      GroupedGemmTactic* tc = nullptr;
+      for (auto& t : tactics)
+        if (t->desc().name == best_chain_name) tc = t.get();
+      const int32_t shared_off[2] = {0, static_cast<int32_t>(T)};
+      soff->upload(shared_off, sizeof(shared_off));
+      GroupedGemmArgs s1 = a1c, s2 = a2;
+      s1.problem = ps1;
+      s1.problem.total_rows = T;
+      s1.problem.max_rows_per_expert = T;
+      s1.expert_offsets = static_cast<const int32_t*>(soff->get());
+      s1.a = static_cast<const uint16_t*>(x.get());
+      s1.weights = ws1->get();
+      s1.out = static_cast<uint16_t*>(hs->get());
+      s1.workspace = wss->get();
+      s2.problem = ps2;
+      s2.problem.total_rows = T;
+      s2.problem.max_rows_per_expert = T;
+      s2.expert_offsets = s1.expert_offsets;
+      s2.a = static_cast<const uint16_t*>(hs->get());
+      s2.weights = ws2->get();
+      s2.out = static_cast<uint16_t*>(ys->get());
+      s2.workspace = wss->get();
+      cudaStream_t side;
+      cudaEvent_t fork, join;
+      SM90_CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+      SM90_CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+      SM90_CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+      const char* runs[3] = {"chain", "pair", "chain+shared"};
+      for (int run = 0; run < 3; ++run) {
+        auto body = [&](cudaStream_t st_) {
+          if (run == 2) {
+            SM90_CUDA_OK(cudaEventRecord(fork, st_));
+            SM90_CUDA_OK(cudaStreamWaitEvent(side, fork, 0));
+            tc->run(s1, side).throw_if_error();
+            tc->run(s2, side).throw_if_error();
+            SM90_CUDA_OK(cudaEventRecord(join, side));
+          }
+          gather_copy(st_);
+          if (run == 1) {
+            tc->run(a1c, st_).throw_if_error();
+            tc->run(a2, st_).throw_if_error();
+          } else {
+            tc->run_chained(a1c, a2, st_).throw_if_error();
+          }
+          if (run == 2) SM90_CUDA_OK(cudaStreamWaitEvent(st_, join, 0));
+        };
+        // Warm replays, then one with the records cleared.
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        SM90_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        body(s);
+        SM90_CUDA_OK(cudaStreamEndCapture(s, &g));
+        SM90_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+        for (int i = 0; i < 3; ++i) SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+        SM90_CUDA_OK(cudaStreamSynchronize(s));
+        SM90_CUDA_OK(cudaMemset(trace_buf->get(), 0, trace_buf->size()));
+        SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+        SM90_CUDA_OK(cudaStreamSynchronize(s));
+        std::vector<unsigned long long> rec(trace_buf->size() / 8);
+        trace_buf->download(rec.data(), trace_buf->size());
+        unsigned long long t0 = ~0ull;
+        for (int m = 0; m < 3; ++m)
+          for (int c = 0; c < sm90::kTraceMaxCtas; ++c) {
+            const unsigned long long e = rec[(size_t(m) * sm90::kTraceMaxCtas + c) * sm90::kTraceWords + 1];
+            if (e) t0 = std::min(t0, e);
+          }
+        auto rel = [&](unsigned long long v) { return v ? static_cast<long long>(v - t0) : -1ll; };
+        for (int m = 0; m < 3; ++m)
+          for (int c = 0; c < sm90::kTraceMaxCtas; ++c) {
+            const unsigned long long* w = &rec[(size_t(m) * sm90::kTraceMaxCtas + c) * sm90::kTraceWords];
+            if (!w[1]) continue;
+            const int n = static_cast<int>(std::min<unsigned long long>(w[3], sm90::kTraceMaxItems));
+            for (int j = 0; j < std::max(n, 1); ++j) {
+              const unsigned long long* it = w + 6 + 6 * j;
+              fmt::print(trace_file, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", T, runs[run], m, c, w[0], rel(w[1]),
+                         rel(w[4]), rel(w[2]), n ? j : -1, n ? static_cast<long long>(it[0]) : -1ll, n ? rel(it[1]) : -1ll,
+                         n ? rel(it[2]) : -1ll, n ? rel(it[3]) : -1ll, n ? rel(it[4]) : -1ll, n ? rel(it[5]) : -1ll);
+            }
+          }
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+      }
+      cudaEventDestroy(fork);
+      cudaEventDestroy(join);
+      cudaStreamDestroy(side);
+    }
   }
   SM90_CUDA_OK(cudaDeviceSynchronize());
+  if (trace_file) {
+    (void)sm90::set_trace_buffer(nullptr);
+    std::fclose(trace_file);
+    fmt::print("timeline records written to {}\n", trace_path);
+  }
   return 0;
 }
 

@@ -12,5 +12,9 @@ namespace sm90 {
 // The larger of the FC1 and FC2 kernels' attributes (registers, local memory) of the named tactic.
 Status kernel_resources(const std::string& tactic_name, cudaFuncAttributes* out);
 
+// Points the kernels' timeline records at `buffer` (device, sm90_trace.cuh's kTraceBytes, zeroed by the
+// caller; null stops recording). kUnsupported unless the family was built with FP4MOE_SM90_TRACE.
+Status set_trace_buffer(void* buffer);
+
 }  // namespace sm90
 }  // namespace fp4moe

@@ -46,6 +46,7 @@
 #include "kernels/sm90_wgmma/sm90_layout.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_scheduler.cuh"
+#include "kernels/sm90_wgmma/sm90_trace.cuh"
 #include "kernels/sm90_wgmma/tile_config.h"
 
 namespace fp4moe {
@@ -104,6 +105,7 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
     for (int ks = 0; ks < nstages; ++ks) {
       mbar_wait(&empty[stage], phase ^ 1u);
       if (lane == 0) {
+        if (ks == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 1, FP4MOE_TRACE_NOW());
         // Expect the bytes, issue the copies, then arrive: the arrive follows the copies in this thread,
         // so compute-sanitizer's racecheck sees the copies ordered before the consumers' wait (with
         // arrive.expect_tx ahead of the copies it reported the copies racing the consumers' reads).
@@ -183,6 +185,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       }
       fc1_done = __shfl_sync(0xffffffffu, fc1_done, 0);
     }
+    if (lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());
     for (int ks = 0; ks < nstages; ++ks) {
       const int chunk0 = (stage0 + ks) * Cfg::kChunksPerStage;
       mbar_wait(&empty[stage], phase ^ 1u);
