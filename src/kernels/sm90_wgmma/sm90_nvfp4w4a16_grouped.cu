@@ -167,7 +167,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm.counters = static_schedule_ ? nullptr : static_cast<int*>(args.workspace);
     bind_split(args.workspace, p, &prm);
     const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
-    return launch(fc1 ? kernel_fc1() : kernel_fc2(), prm, max_items(p, prm.op[0], prm.split_mode), stream);
+    return launch(fc1 ? kernel_fc1() : kernel_fc2(), prm, max_items(p, prm.op[0].tiles64), stream);
   }
 
   Status run_chained(const GroupedGemmArgs& a1, const GroupedGemmArgs& a2, Stream stream) const override {
@@ -191,8 +191,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     if (!st || p1.total_rows == 0) return st;
     prm.counters = static_cast<int*>(a1.workspace);
     bind_split(a1.workspace, p1, &prm);  // p2 has the same rows and experts (checked above)
-    return launch(kernel_chain(), prm,
-                  max_items(p1, prm.op[0], prm.split_mode) + max_items(p2, prm.op[1], prm.split_mode), stream);
+    return launch(kernel_chain(), prm, max_items(p1, prm.op[0].tiles64) + max_items(p2, prm.op[1].tiles64), stream);
   }
 
  private:
@@ -223,13 +222,10 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm->partials = reinterpret_cast<float4*>(static_cast<uint8_t*>(ws) + partials_offset(p));
   }
 
-  // Upper bound on the work items of one GEMM: every expert may add a partial token tile, and each unit
-  // may split as far as its stages allow (choose_split with one unit and no slot limit).
-  static int64_t max_items(const GemmProblem& p, const Params& q, int split_mode) {
-    const int64_t mtiles = (q.tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-    const int split = choose_split(Cfg::kSplitCapable, split_mode, 1, q.kchunks / Cfg::kChunksPerStage, kMaxSplitItems,
-                                   kMaxSplitItems);
-    return (p.total_rows / BN + p.num_experts) * mtiles * split;
+  // Upper bound on the units of one GEMM: every expert may add a partial token tile.
+  static int64_t max_items(const GemmProblem& p, int tiles64) {
+    const int64_t mtiles = (tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    return (p.total_rows / BN + p.num_experts) * mtiles;
   }
 
   // Checks one GEMM's arguments and fills its kernel parameters (the token tensor map for contiguous rows).
@@ -269,10 +265,13 @@ class Sm90Tactic final : public GroupedGemmTactic {
 
   // The grid: one CTA per SM slot, but no more than the launch can have items, so a small problem
   // launches no idle CTAs (their prologue would take SM slots from a concurrent kernel, the shared
-  // expert's side stream and the routed GEMMs).
+  // expert's side stream and the routed GEMMs). The automatic split makes at most half the slots of
+  // items (choose_split), so a splitting launch gets that many CTAs; a forced split may give a CTA
+  // several items.
   Status launch(KernelFn fn, const LaunchParams& prm, int64_t max_items, Stream stream) const {
     const int64_t slots = int64_t(sm_count_) * CTAS;
-    const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(slots, max_items)));
+    const int64_t items = prm.split_mode == 0 ? std::max(max_items, slots / 2) : max_items;
+    const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(slots, items)));
     return cuda_status(launch_pdl(fn, dim3(grid), dim3(kThreads), Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream), prm),
                        "kernel launch", desc_.name);
   }

@@ -82,141 +82,73 @@ struct LaunchParams {
   float4* partials = nullptr;
 };
 
-template <LaunchMode kMode>
-__device__ __forceinline__ bool op_is_fc1(int o) {
-  return kMode == LaunchMode::kFc1 || (kMode == LaunchMode::kChain && o == 0);
-}
-
-// Split reduction, consumer side. Before every item a consumer warpgroup waits until the reducer has
-// taken the item posted kRedRing posts ago (wait_split_slot: usually long done; waiting again before the
-// next post returns at once). Waiting only on a split item's path made ptxas serialise the chained
-// kernel's wgmmas (C7520). post_split_part (split items only) stores this part's accumulators to the
-// item's partial slot ([item][consumer][M64 tile][BN/8][128 threads] float4) and hands the launch-wide
-// item index to the reducer warp through ring slot rj % kRedRing (every thread arrives after its own
-// stores, so the reducer's wait orders them before its count), then returns: the consumer goes on with
-// its next item while the reducer counts the part in (an L2 round trip, 2-3 us when the consumers did
-// it, docs/perf.md sm90 step 27).
-__device__ __forceinline__ void wait_split_slot(int consumer, int rj, uint64_t* red_empty) {
-  mbar_wait(&red_empty[consumer * kRedRing + rj % kRedRing], ((rj / kRedRing) & 1) ^ 1u);
-}
+// The split reduction of one consumer warpgroup's tile (split items only): stores this part's
+// accumulators, counts the part in; the last part to arrive sums the S partials in part order into
+// acc (bit-identical whatever the arrival order), zeroes them and the tile's counter (a run leaves the
+// whole workspace zero, as GroupedGemmArgs::workspace promises, so a later run of any shape or tactic
+// on the same workspace finds its counters at zero) and returns true; the others return false and
+// skip the epilogue. The barriers and fences around thread 0's atomic order every thread's partial
+// stores before the count and the last part's loads (L2, ld.global.cg) after it.
 template <class Cfg>
-__device__ __forceinline__ void post_split_part(const float (&res)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
-                                                float4* __restrict__ partials, int split_item, int item, int consumer,
-                                                int tid, int rj, uint64_t* red_full, int32_t* s_red) {
+__device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
+                                             float4* __restrict__ partials, int* __restrict__ counter, int first_item,
+                                             int part, int parts, int consumer, int tid, int32_t* s_flag) {
   constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
   constexpr int64_t kItemVecs = int64_t(kConsumerWarpgroups) * kVecs * 128;
-  const int slot = consumer * kRedRing + rj % kRedRing;
-  float4* mine = partials + split_item * kItemVecs + consumer * kVecs * 128 + tid;
+  float4* mine = partials + (first_item + part) * kItemVecs + consumer * kVecs * 128 + tid;
 #pragma unroll
   for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
 #pragma unroll
     for (int v = 0; v < Cfg::kBN / 8; ++v)
-      __stcg(mine + (u * (Cfg::kBN / 8) + v) * 128,
-             make_float4(res[u][4 * v], res[u][4 * v + 1], res[u][4 * v + 2], res[u][4 * v + 3]));
-  if (tid == 0) s_red[slot] = item;
-  mbar_arrive(&red_full[slot]);
-}
-
-// The end of a consumer warpgroup's items: -1 sends its reducer warp home.
-__device__ __forceinline__ void post_split_end(int consumer, int tid, int rj, uint64_t* red_full, uint64_t* red_empty,
-                                               int32_t* s_red) {
-  const int slot = consumer * kRedRing + rj % kRedRing;
-  wait_split_slot(consumer, rj, red_empty);
-  if (tid == 0) s_red[slot] = -1;
-  mbar_arrive(&red_full[slot]);
-}
-
-// Split reduction, reducer side: warp 2 + c of the producer warpgroup serves consumer warpgroup c. Per
-// handed item it frees the ring slot, then lane 0 counts the part in at the tile's counter with an
-// acquire-release atomic (releasing the consumer's partial stores, which the ring's barrier ordered before
-// this warp; acquiring the other parts'). The last part to arrive sums the S partials in part order
-// (bit-identical whatever the arrival order; ld.global.cg), zeroes them and the counter (a run leaves the whole workspace zero, as
-// GroupedGemmArgs::workspace promises, so a later run of any shape or tactic on the same workspace finds
-// its counters at zero), runs the consumer warpgroup's epilogue for its 128 thread positions (four per
-// lane) and, for a chained launch's FC1 tile, publishes the rows to FC2 like a consumer would. Nothing
-// here waits on another CTA.
-template <class Cfg, LaunchMode kMode, class Space>
-__device__ void run_split_reducer(const LaunchParams& p, const Space& space, const int32_t* s_prefix,
-                                  uint64_t* red_full, uint64_t* red_empty, const int32_t* s_red, int consumer,
-                                  int lane) {
-  constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;
-  constexpr int64_t kItemVecs = int64_t(kConsumerWarpgroups) * kVecs * 128;
-  const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
-  const int num_experts = p.op[0].num_experts;
-  for (int rj = 0;; ++rj) {
-    const int slot = consumer * kRedRing + rj % kRedRing;
-    mbar_wait(&red_full[slot], (rj / kRedRing) & 1);
-    int w = s_red[slot];
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&red_empty[slot]);
-    if (w < 0) break;
-    int part = 0;
-    const int o = space.split(w);
-    const int unit = space.part(o, w, part);
-    const int parts = space.parts(o), base = space.split_base(o);
-    int* counter = p.split_counters + (base + unit) * kConsumerWarpgroups + consumer;
-    int last = 0;
-    if (lane == 0) {
-      last = atom_add_acq_rel_gpu(counter, 1) == parts - 1;
-      if (last) *counter = 0;  // every part has arrived: nothing else touches it in this launch
+      mine[(u * (Cfg::kBN / 8) + v) * 128] =
+          make_float4(acc[u][4 * v], acc[u][4 * v + 1], acc[u][4 * v + 2], acc[u][4 * v + 3]);
+  named_barrier_sync(1 + consumer, 128);
+  if (tid == 0) {
+    __threadfence();
+    const bool last = atomicAdd(counter, 1) == parts - 1;
+    if (last) {
+      *counter = 0;  // every part has arrived: nothing else touches it in this launch
+      __threadfence();
     }
-    last = __shfl_sync(0xffffffffu, last, 0);
-    if (!last) continue;
-    __syncwarp();
-    const Params& q = p.op[o];
-    const WorkItem it = find_work_item(s_prefix, s_offsets, num_experts, Cfg::kBN, space.mtiles(o), unit);
-    const int cta_tile0 = it.mtile * Cfg::kM64PerCta;
-    const int first_tile = consumer * Cfg::kM64PerConsumer;
-    const int ntiles_valid = min(Cfg::kM64PerConsumer, q.tiles64 - cta_tile0 - first_tile);
-    const bool fc1 = op_is_fc1<kMode>(o);
-    const float s0 = (fc1 ? q.tensor_scales[2 * it.expert] : q.tensor_scales[it.expert]) * kAccumulatorScale;
-    const float s1 = fc1 ? q.tensor_scales[2 * it.expert + 1] * kAccumulatorScale : s0;
-    float4* first = p.partials + (base + unit * parts) * kItemVecs + consumer * kVecs * 128;
-#pragma unroll 1
-    for (int i = 0; i < 4; ++i) {
-      const int t = lane + 32 * i;
-      float res[Cfg::kM64PerConsumer][Cfg::kBN / 2];
-#pragma unroll
-      for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-#pragma unroll
-        for (int v = 0; v < Cfg::kBN / 8; ++v) {
-          float4* slot0 = first + (u * (Cfg::kBN / 8) + v) * 128 + t;
-          float4 sum = __ldcg(slot0);
-          __stcg(slot0, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-#pragma unroll 1
-          for (int r = 1; r < parts; ++r) {
-            const float4 x = __ldcg(slot0 + r * kItemVecs);
-            __stcg(slot0 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-            sum.x += x.x;
-            sum.y += x.y;
-            sum.z += x.z;
-            sum.w += x.w;
-          }
-          res[u][4 * v] = sum.x;
-          res[u][4 * v + 1] = sum.y;
-          res[u][4 * v + 2] = sum.z;
-          res[u][4 * v + 3] = sum.w;
-        }
-#pragma unroll
-      for (int u = 0; u < Cfg::kM64PerConsumer; ++u) {
-        if (u >= ntiles_valid) continue;
-        if (fc1)
-          store_tile<Cfg::kBN, true>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0, s1,
-                                     t);
-        else
-          store_tile<Cfg::kBN, false>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
-                                      s1, t);
-      }
-    }
-    if (kMode == LaunchMode::kChain && o == 0) {
-      // This warpgroup's rows of token tile it.tile are stored: publish them to FC2's token producers.
-      __syncwarp();
-      if (lane == 0) {
-        red_add_release_gpu(&p.counters[3 + it.tile], 1);
-        red_add_release_gpu(&p.counters[2], 1);
-      }
-    }
+    s_flag[consumer] = last ? 1 : 0;
   }
+  named_barrier_sync(1 + consumer, 128);
+  // Every part loads and sums; only the last one's sums are used (the others may read partials still
+  // in flight, or already zeroed, and discard them): the registers are then written on every path, and
+  // a reduction on the last part's path only made ptxas serialise the chained kernel's wgmmas (C7520).
+  const bool last = s_flag[consumer] != 0;
+  float4* first = partials + first_item * kItemVecs + consumer * kVecs * 128 + tid;
+#pragma unroll
+  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+    for (int v = 0; v < Cfg::kBN / 8; ++v) {
+      const float4* slot = first + (u * (Cfg::kBN / 8) + v) * 128;
+      float4 sum = __ldcg(slot);
+#pragma unroll 1  // unrolled, the loads in flight cost the two-CTA tiles' consumers a spill
+      for (int r = 1; r < parts; ++r) {
+        const float4 x = __ldcg(slot + r * kItemVecs);
+        sum.x += x.x;
+        sum.y += x.y;
+        sum.z += x.z;
+        sum.w += x.w;
+      }
+      acc[u][4 * v] = sum.x;
+      acc[u][4 * v + 1] = sum.y;
+      acc[u][4 * v + 2] = sum.z;
+      acc[u][4 * v + 3] = sum.w;
+    }
+  if (last)  // zero the partials for the next run (after this thread's loads of the same addresses)
+    for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+      for (int v = 0; v < Cfg::kBN / 8; ++v)
+#pragma unroll 1
+        for (int r = 0; r < parts; ++r)
+          __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  return last;
+}
+
+template <LaunchMode kMode>
+__device__ __forceinline__ bool op_is_fc1(int o) {
+  return kMode == LaunchMode::kFc1 || (kMode == LaunchMode::kChain && o == 0);
 }
 
 template <class Cfg, LaunchMode kMode>
@@ -228,17 +160,14 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* empty = full + Cfg::kStages;
   uint64_t* item_bar = empty + Cfg::kStages;  // [kItemRing]: warp 0 -> warp 1, one arrive per item
-  // [consumer][kRedRing]: split items handed to the reducer warps (run_split_reducer) and taken by them.
-  uint64_t* red_full = item_bar + kItemRing;
-  uint64_t* red_empty = red_full + kConsumerWarpgroups * kRedRing;
   int32_t* s_prefix = reinterpret_cast<int32_t*>(smem + Cfg::kTableOffset);
   int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_offsets + kMaxExperts + 1;
   int32_t* s_items = s_rows + Cfg::kBN;
-  int32_t* s_red = s_items + kItemRing;  // [consumer][kRedRing] launch-wide split items (-1: no more)
+  int32_t* s_flag = s_items + kItemRing;
   using Space = ItemSpace<Cfg, kMode, LaunchParams>;
   static_assert(sizeof(Space) <= sizeof(int32_t) * kItemSpaceInts, "tile_config.h reserves too little for ItemSpace");
-  Space* s_space = reinterpret_cast<Space*>(s_red + kConsumerWarpgroups * kRedRing);
+  Space* s_space = reinterpret_cast<Space*>(s_flag + kConsumerWarpgroups);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int num_experts = p.op[0].num_experts;
@@ -249,19 +178,13 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
       mbar_init(&empty[s], kConsumerWarpgroups * 128);
     }
     for (int i = 0; i < kItemRing; ++i) mbar_init(&item_bar[i], 1);
-    for (int i = 0; i < kConsumerWarpgroups * kRedRing; ++i) {
-      mbar_init(&red_full[i], 128);
-      mbar_init(&red_empty[i], 1);
-    }
     fence_barrier_init();
   }
   // With programmatic dependent launch (common/pdl_launch.h, on unless FP4MOE_PDL=0) everything above
   // overlaps the previous kernel's tail; nothing global is touched before this wait.
   pdl_wait();
   if (threadIdx.x == 0) {
-    unsigned smid = 0;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    FP4MOE_TRACE_PUT(static_cast<int>(kMode), 0, smid);
+    FP4MOE_TRACE_PUT(static_cast<int>(kMode), 0, FP4MOE_TRACE_SMID());
     FP4MOE_TRACE_PUT(static_cast<int>(kMode), 1, FP4MOE_TRACE_NOW());
   }
   if (warp == 1) {
@@ -274,10 +197,6 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   __syncthreads();
   if (threadIdx.x == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), 4, FP4MOE_TRACE_NOW());
   const Space& space = *s_space;
-  // The reducer warps of split-capable tiles (they wait for split items or the end of the consumers'),
-  // and a chained launch's final barrier: both consumer warpgroups and the reducer warps.
-  constexpr bool kReducers = Cfg::kSplitCapable;
-  constexpr int kEndThreads = kConsumerWarpgroups * 128 + (kReducers ? 64 : 0);
 
   const int wg = threadIdx.x >> 7;
   if (wg == 0) {
@@ -285,12 +204,6 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     setmaxnreg_dec<Cfg::Regs::kProducer>();
     if (warp == 0) run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
-    if constexpr (Cfg::kSplitCapable) {
-      if (warp >= 2) {
-        run_split_reducer<Cfg, kMode>(p, space, s_prefix, red_full, red_empty, s_red, warp - 2, lane);
-        if (kMode == LaunchMode::kChain) named_barrier_sync(3, kEndThreads);
-      }
-    }
     return;
   }
   // Consumer
@@ -298,7 +211,6 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   const int consumer = wg - 1, tid = threadIdx.x & 127;
   int stage = 0;
   uint32_t phase = 0;
-  int rj = 0;  // split items handed to the reducer
   float acc[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2];
   for (int j = 0;; ++j) {
     // The producer wrote item j into the ring before filling its first stage (or -1: no more work).
@@ -309,7 +221,6 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
       FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 0, w);
       FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 3, FP4MOE_TRACE_NOW());
     }
-    const int item = w;
     int part = 0;
     const int o = space.split(w);
     const int unit = space.part(o, w, part);
@@ -319,34 +230,37 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     const int first_tile = consumer * Cfg::kM64PerConsumer;  // within the CTA tile
     const int ntiles_valid = min(Cfg::kM64PerConsumer, q.tiles64 - cta_tile0 - first_tile);
     const int parts = Cfg::kSplitCapable ? space.parts(o) : 1;
-    if (kReducers) wait_split_slot(consumer, rj, red_empty);
     consume_item<Cfg>(smem, full, empty, q.kchunks / Cfg::kChunksPerStage / parts, first_tile, tid, acc, stage, phase);
     if (consumer == 0 && tid == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 5, FP4MOE_TRACE_NOW());
-    // The epilogue (or a split item's partial store) reads a copy of the summed accumulators, which the
-    // wgmmas of the next item never touch.
+    // The epilogue reads a copy of the summed accumulators, which a split item's reduction replaces by
+    // the whole tile's sum (and which the wgmmas of the next item never touch).
     float res[Cfg::kM64PerConsumer][Cfg::kBN / 2];
 #pragma unroll
     for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
 #pragma unroll
       for (int i = 0; i < Cfg::kBN / 2; ++i) res[u][i] = acc[u][0][i];
-    // A split item's partial goes to the reducer warp; a whole tile runs the epilogue here.
-    const bool split = Cfg::kSplitCapable && parts > 1;
-    if (split) {
-      post_split_part<Cfg>(res, p.partials, space.split_base(o) + unit * parts + part, item, consumer, tid, rj++,
-                           red_full, s_red);
-    } else if (op_is_fc1<kMode>(o)) {
+    bool finish = true;  // a split tile's last part to finish runs its epilogue
+    if constexpr (Cfg::kSplitCapable) {
+      if (parts > 1) {
+        const int base = space.split_base(o);
+        finish = reduce_split<Cfg>(res, p.partials, p.split_counters + (base + unit) * kConsumerWarpgroups + consumer,
+                                   base + unit * parts, part, parts, consumer, tid, s_flag);
+      }
+    }
+    // Epilogue
+    if (op_is_fc1<kMode>(o)) {
       const float s0 = q.tensor_scales[2 * it.expert] * kAccumulatorScale;
       const float s1 = q.tensor_scales[2 * it.expert + 1] * kAccumulatorScale;
 #pragma unroll
       for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-        if (u < ntiles_valid)
+        if (finish && u < ntiles_valid)
           store_tile<Cfg::kBN, true>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
                                      s1, tid);
       if (kMode == LaunchMode::kChain) {
-        // This warpgroup's rows of token tile it.tile are stored: publish them to FC2's token producers (the
-        // barrier orders the warpgroup's stores before thread 0's release). A split tile's reducer does it.
+        // This warpgroup's rows of token tile it.tile are stored: publish them to FC2's token producers
+        // (the barrier orders the warpgroup's stores before thread 0's release).
         named_barrier_sync(1 + consumer, 128);
-        if (tid == 0) {
+        if (tid == 0 && finish) {
           __threadfence();
           atomicAdd(&p.counters[3 + it.tile], 1);
           atomicAdd(&p.counters[2], 1);
@@ -356,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
       const float s0 = q.tensor_scales[it.expert] * kAccumulatorScale;
 #pragma unroll
       for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-        if (u < ntiles_valid)
+        if (finish && u < ntiles_valid)
           store_tile<Cfg::kBN, false>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
                                       s0, tid);
     }
@@ -366,14 +280,13 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     }
   }
   if (consumer == 0 && tid == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), 2, FP4MOE_TRACE_NOW());
-  if (kReducers) post_split_end(consumer, tid, rj, red_full, red_empty, s_red);
-  // A chained launch counts the CTA done once both consumer warpgroups and the reducer warps are past
-  // their last item (their FC1 signals must precede the last CTA's reset of the tile counters). One GEMM alone needs no such
+  // A chained launch counts the CTA done once both consumer warpgroups are past their last item (their
+  // FC1 signals must precede the last CTA's reset of the tile counters). One GEMM alone needs no such
   // wait: the weight producer counts the CTA done after its last fetch, while the consumers still run,
   // which keeps the done count's round trip off the kernel's end (1-2 us at T = 1 when the consumers did
   // it for every launch).
   if (kMode == LaunchMode::kChain) {
-    named_barrier_sync(3, kEndThreads);
+    named_barrier_sync(3, 256);
     if (consumer == 0 && tid == 0) finish_work_items(p.counters, 1 + s_prefix[num_experts]);
   }
 #endif

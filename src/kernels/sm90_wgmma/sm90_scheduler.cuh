@@ -112,22 +112,21 @@ __device__ __forceinline__ void finish_work_items(int* counters, int extra) {
 // partials in part order (so the result does not depend on the arrival order) and runs the epilogue.
 // The choice is made on the device from the tile count (the host never sees the expert offsets), the
 // same in every CTA:
-//   mode 0 (automatic): double S while the op's items (units * 2S) fit kAutoSplitItemsPerSlot per CTA
-//                       slot (SMs x CTAs per SM: LaunchParams::split_slots), every part keeps at
-//                       least kMinAutoSplitStages stages, and the splits fit kMaxSplitItems. So only an
-//                       op that would leave half the slots idle splits: splitting GLM-5 T=1 into four
-//                       items per slot (to even out the two CTAs of an SM, which run at different
-//                       speeds) measured slower, the reducer warps falling behind (docs/perf.md sm90
-//                       step 27);
+//   mode 0 (automatic): double S while the op's items (units * 2S) still fit the machine's CTA slots
+//                       (SMs x CTAs per SM: LaunchParams::split_slots) once, every part
+//                       keeps at least kMinAutoSplitStages stages, and the splits fit kMaxSplitItems.
+//                       An op with about as many units as CTAs does not split: at GLM-5 T=1 (256 FC1
+//                       units, 264 CTAs) two half-length items per CTA measured 12% slower than one
+//                       (docs/perf.md, sm90 step 22);
 //   mode 1:             no split;
 //   mode N > 1:         the largest S <= N that divides the stages and fits (tests and experiments).
-__host__ __device__ inline int choose_split(bool capable, int mode, int units, int nstages, int budget, int slots) {
+__device__ __forceinline__ int choose_split(bool capable, int mode, int units, int nstages, int budget, int slots) {
   if (!capable || mode == 1 || units == 0) return 1;
-  const int cap = mode == 0 ? kMaxSplit : (mode < kMaxSplit ? mode : kMaxSplit);
+  const int cap = mode == 0 ? kMaxSplit : min(mode, kMaxSplit);
   const int min_stages = mode == 0 ? kMinAutoSplitStages : 1;
   int s = 1;
   while (2 * s <= cap && nstages % (2 * s) == 0 && nstages / (2 * s) >= min_stages && units * 2 * s <= budget &&
-         (mode != 0 || units * 2 * s <= kAutoSplitItemsPerSlot * slots))
+         (mode != 0 || units * 2 * s <= slots))
     s *= 2;
   return s;
 }
@@ -176,7 +175,6 @@ struct ItemSpace {
   }
   // Op o's first index in the split workspace (items and units alike: units <= items).
   __device__ int split_base(int o) const { return o ? split_base1 : 0; }
-  __device__ bool splits() const { return split0 > 1 || split1 > 1; }
 };
 
 // Unit w (0-based within its op) of an op with `mtiles` m-tiles.

@@ -31,6 +31,11 @@ __device__ __forceinline__ unsigned long long trace_now() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+__device__ __forceinline__ unsigned long long trace_smid() {
+  unsigned v;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+  return v;
+}
 __device__ __forceinline__ unsigned long long* trace_cta(int mode) {
   return g_trace && blockIdx.x < kTraceMaxCtas ? g_trace + (size_t(mode) * kTraceMaxCtas + blockIdx.x) * kTraceWords
                                                 : nullptr;
@@ -44,10 +49,12 @@ __device__ __forceinline__ void trace_item(int mode, int j, int field, unsigned 
 #define FP4MOE_TRACE_PUT(mode, word, v) ::fp4moe::sm90::trace_put(mode, word, v)
 #define FP4MOE_TRACE_ITEM(mode, j, field, v) ::fp4moe::sm90::trace_item(mode, j, field, v)
 #define FP4MOE_TRACE_NOW() ::fp4moe::sm90::trace_now()
+#define FP4MOE_TRACE_SMID() ::fp4moe::sm90::trace_smid()
 #else
 #define FP4MOE_TRACE_PUT(mode, word, v) ((void)0)
 #define FP4MOE_TRACE_ITEM(mode, j, field, v) ((void)0)
 #define FP4MOE_TRACE_NOW() 0ull
+#define FP4MOE_TRACE_SMID() 0ull
 #endif
 
 }  // namespace sm90

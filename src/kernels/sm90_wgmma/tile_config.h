@@ -12,12 +12,11 @@
 //                                   16-byte chunk j of row r stored at chunk j ^ (r % 8)
 //     [kTokenBytes, + kWeightBytes) weights: BM/64 tiles x BK/64 packed blocks of 2304 bytes, tile-major,
 //                                   each block exactly as in global memory (sm90_layout.h)
-//   then kStages full barriers, kStages empty barriers, kItemRing item barriers, and per consumer
-//   warpgroup kRedRing split-ready and kRedRing split-taken barriers (8 bytes each),
+//   then kStages full barriers, kStages empty barriers, kItemRing item barriers (8 bytes each),
 //   then the work-list table: item prefix [kMaxExperts + 1] and expert offsets [kMaxExperts + 1] (int32),
 //   then the producer's source-row table of the current item [BN] (int32),
 //   then the item ring [kItemRing] (int32): the work items the producer fetched, in order, for the consumers,
-//   then per consumer warpgroup kRedRing split items handed to its reducer warp (int32, split reduction),
+//   then one flag per consumer warpgroup (int32): "this split finished its tile" (split reduction),
 //   then the launch's item space (sm90_scheduler.cuh, ItemSpace: kItemSpaceInts int32).
 #pragma once
 #include <cstdint>
@@ -36,16 +35,11 @@ constexpr int kItemRing = 16;               // fetched work items the consumers 
 // Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
 // of two up to kMaxSplit; the splits of one launch are at most kMaxSplitItems items, whose fp32 partial
 // tiles (BM x BN floats each) and per-tile arrival counters live in the tactic's workspace. Only the
-// decode tiles (BN <= 16, a few floats per thread) split. A consumer warpgroup stores a split item's
-// partial and hands the item to its reducer warp (producer warpgroup warps 2 and 3) through a ring of
-// kRedRing slots, then goes on with its next item; the reducer counts the part in and, for the tile's
-// last part, sums the partials and runs the epilogue.
+// decode tiles (BN <= 16, a few floats per thread) split.
 constexpr int kMaxSplit = 8;
 constexpr int kItemSpaceInts = 12;          // shared-memory room for the launch's ItemSpace
-constexpr int kMaxSplitItems = 2048;
+constexpr int kMaxSplitItems = 1024;
 constexpr int kMinAutoSplitStages = 4;      // the automatic choice leaves every split this many stages
-constexpr int kAutoSplitItemsPerSlot = 1;   // ... and splits while the op's items fit this many per CTA slot
-constexpr int kRedRing = 4;                 // split items a consumer warpgroup may hand ahead to its reducer
 constexpr bool split_capable(int bn) { return bn <= 16; }
 // Workspace bytes of the split partials (the workspace's last region).
 constexpr int64_t split_partial_bytes(int bm, int bn) {
@@ -82,9 +76,8 @@ struct TileConfig {
   static constexpr int kWeightBytes = kM64PerCta * kWeightTileBytes;
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
-  static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing + 2 * kConsumerWarpgroups * kRedRing) * 8;
-  static constexpr int kTableBytes =
-      (2 * (kMaxExperts + 1) + BN + kItemRing + kConsumerWarpgroups * kRedRing + kItemSpaceInts) * 4;
+  static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing) * 8;
+  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing + kConsumerWarpgroups + kItemSpaceInts) * 4;
   static constexpr bool kSplitCapable = split_capable(BN);
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
