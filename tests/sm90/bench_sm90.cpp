@@ -66,29 +66,45 @@ Routing route_uniform(int64_t tokens, std::mt19937& rng) {
   return r;
 }
 
+// `body` captured into a CUDA graph on `s`, instantiated and replayed three times (warm-up).
+class WarmGraph {
+ public:
+  template <typename F>
+  WarmGraph(F body, cudaStream_t s) {
+    SM90_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    body(s);
+    SM90_CUDA_OK(cudaStreamEndCapture(s, &g_));
+    SM90_CUDA_OK(cudaGraphInstantiate(&ge_, g_, 0));
+    for (int i = 0; i < 3; ++i) launch(s);
+  }
+  ~WarmGraph() {
+    cudaGraphExecDestroy(ge_);
+    cudaGraphDestroy(g_);
+  }
+  WarmGraph(const WarmGraph&) = delete;
+  WarmGraph& operator=(const WarmGraph&) = delete;
+  void launch(cudaStream_t s) const { SM90_CUDA_OK(cudaGraphLaunch(ge_, s)); }
+
+ private:
+  cudaGraph_t g_ = nullptr;
+  cudaGraphExec_t ge_ = nullptr;
+};
+
 // Milliseconds per replay of `body` captured into a graph.
 template <typename F>
 double time_graph(F body, int iters, cudaStream_t s) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  SM90_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  body(s);
-  SM90_CUDA_OK(cudaStreamEndCapture(s, &g));
-  SM90_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+  const WarmGraph graph(body, s);
   cudaEvent_t a, b;
   SM90_CUDA_OK(cudaEventCreate(&a));
   SM90_CUDA_OK(cudaEventCreate(&b));
   SM90_CUDA_OK(cudaEventRecord(a, s));
-  for (int i = 0; i < iters; ++i) SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+  for (int i = 0; i < iters; ++i) graph.launch(s);
   SM90_CUDA_OK(cudaEventRecord(b, s));
   SM90_CUDA_OK(cudaEventSynchronize(b));
   float ms = 0;
   SM90_CUDA_OK(cudaEventElapsedTime(&ms, a, b));
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
   return ms / iters;
 }
 
@@ -400,16 +416,10 @@ int run(int argc, char** argv) {
           if (run == 2) SM90_CUDA_OK(cudaStreamWaitEvent(st_, join, 0));
         };
         // Warm replays, then one with the records cleared.
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        SM90_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        body(s);
-        SM90_CUDA_OK(cudaStreamEndCapture(s, &g));
-        SM90_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-        for (int i = 0; i < 3; ++i) SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+        const WarmGraph graph(body, s);
         SM90_CUDA_OK(cudaStreamSynchronize(s));
         SM90_CUDA_OK(cudaMemset(trace_buf->get(), 0, trace_buf->size()));
-        SM90_CUDA_OK(cudaGraphLaunch(ge, s));
+        graph.launch(s);
         SM90_CUDA_OK(cudaStreamSynchronize(s));
         std::vector<unsigned long long> rec(trace_buf->size() / 8);
         trace_buf->download(rec.data(), trace_buf->size());
@@ -432,8 +442,6 @@ int run(int argc, char** argv) {
                          n ? rel(it[2]) : -1ll, n ? rel(it[3]) : -1ll, n ? rel(it[4]) : -1ll, n ? rel(it[5]) : -1ll);
             }
           }
-        cudaGraphExecDestroy(ge);
-        cudaGraphDestroy(g);
       }
       cudaEventDestroy(fork);
       cudaEventDestroy(join);
