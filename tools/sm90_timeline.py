@@ -51,7 +51,7 @@ def main():
             for c in per_cta.values():
                 hist[c] += 1
             print("    items per CTA: " + ", ".join(f"{k}:{v}" for k, v in sorted(hist.items())))
-            # Items grouped by their first item index jump (the chain's FC2 follows FC1): split by j == 0.
+            # Each CTA's first item (handed out with the launch) apart from the items it fetched later.
             first = [r for r in items if int(r["j"]) == 0]
             later = [r for r in items if int(r["j"]) > 0]
             for name, sel in (("first item", first), ("later items", later)):

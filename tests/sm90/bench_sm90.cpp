@@ -200,17 +200,22 @@ int run(int argc, char** argv) {
   SM90_CUDA_OK(cudaMemset(x.get(), 0x3c, x.size()));
   SM90_CUDA_OK(cudaMemset(ts1.get(), 0, ts1.size()));
   SM90_CUDA_OK(cudaMemset(ts2.get(), 0, ts2.size()));
-  for (auto& t : tactics) {
-    Status st = t->init(p1);
-    if (st.is_ok()) st = t->init(p2);
-    if (!st.is_ok()) {
-      fmt::print("{}: init failed: {}\n", t->desc().name, st.to_string());
-      return 1;
+  // Every tactic initialised for an FC1 and an FC2 problem; false (and the reason printed) on a failure.
+  auto init_all = [&](const GemmProblem& fc1, const GemmProblem& fc2) {
+    for (auto& t : tactics) {
+      Status st = t->init(fc1);
+      if (st.is_ok()) st = t->init(fc2);
+      if (!st.is_ok()) {
+        fmt::print("{}: init failed: {}\n", t->desc().name, st.to_string());
+        return false;
+      }
     }
-  }
+    return true;
+  };
+  if (!init_all(p1, p2)) return 1;
   // --trace: the timeline buffer, the shared expert's weights (one expert) and its offsets {0, T}.
   std::unique_ptr<DeviceBuffer> trace_buf, ws1, ws2, soff, hs, ys, wss;
-  std::FILE* trace_file = nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace_out(nullptr, &std::fclose);
   GemmProblem ps1{GemmOp::kFc1SwiGlu, 1, I, kH, max_tokens, max_tokens}, ps2{GemmOp::kFc2, 1, kH, I, max_tokens,
                                                                               max_tokens};
   if (!trace_path.empty()) {
@@ -221,12 +226,12 @@ int run(int argc, char** argv) {
       fmt::print(stderr, "bench_sm90 --trace: {}\n", st.to_string());
       return 2;
     }
-    trace_file = std::fopen(trace_path.c_str(), "w");
-    if (!trace_file) {
+    trace_out.reset(std::fopen(trace_path.c_str(), "w"));
+    if (!trace_out) {
       fmt::print(stderr, "bench_sm90 --trace: cannot open {} for writing\n", trace_path);
       return 2;
     }
-    fmt::print(trace_file, "T,run,mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns\n");
+    fmt::print(trace_out.get(), "T,run,mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns\n");
     ws1 = std::make_unique<DeviceBuffer>(ops->bytes(ps1));
     ws2 = std::make_unique<DeviceBuffer>(ops->bytes(ps2));
     SM90_CUDA_OK(cudaMemset(ws1->get(), 0x37, ws1->size()));
@@ -236,14 +241,7 @@ int run(int argc, char** argv) {
     ys = std::make_unique<DeviceBuffer>(max_tokens * kH * 2);
     wss = std::make_unique<DeviceBuffer>(ws.size());
     SM90_CUDA_OK(cudaMemset(wss->get(), 0, wss->size()));
-    for (auto& t : tactics) {
-      Status sti = t->init(ps1);
-      if (sti.is_ok()) sti = t->init(ps2);
-      if (!sti.is_ok()) {
-        fmt::print("{}: init failed: {}\n", t->desc().name, sti.to_string());
-        return 1;
-      }
-    }
+    if (!init_all(ps1, ps2)) return 1;
   }
   std::mt19937 rng(2024);
   // Percent of the read ceiling (the weights are only read), "-" when the ceilings were not measured.
@@ -368,7 +366,7 @@ int run(int argc, char** argv) {
                  "fc1>fc2", r.active, "best chain", best_chain * 1e3, tbs_chain,
                  (flops1 + flops2) / (best_chain * 1e-3) / 1e12, pct(tbs_chain), best_chain_name, ms * 1e3);
     }
-    if (trace_file && !best_chain_name.empty()) {
+    if (trace_out && !best_chain_name.empty()) {
       GroupedGemmTactic* tc = nullptr;
       for (auto& t : tactics)
         if (t->desc().name == best_chain_name) tc = t.get();
@@ -437,7 +435,7 @@ int run(int argc, char** argv) {
             const int n = static_cast<int>(std::min<unsigned long long>(w[3], sm90::kTraceMaxItems));
             for (int j = 0; j < std::max(n, 1); ++j) {
               const unsigned long long* it = w + 6 + 6 * j;
-              fmt::print(trace_file, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", T, runs[run], m, c, w[0], rel(w[1]),
+              fmt::print(trace_out.get(), "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", T, runs[run], m, c, w[0], rel(w[1]),
                          rel(w[4]), rel(w[2]), n ? j : -1, n ? static_cast<long long>(it[0]) : -1ll, n ? rel(it[1]) : -1ll,
                          n ? rel(it[2]) : -1ll, n ? rel(it[3]) : -1ll, n ? rel(it[4]) : -1ll, n ? rel(it[5]) : -1ll);
             }
@@ -449,9 +447,9 @@ int run(int argc, char** argv) {
     }
   }
   SM90_CUDA_OK(cudaDeviceSynchronize());
-  if (trace_file) {
+  if (trace_out) {
     (void)sm90::set_trace_buffer(nullptr);
-    std::fclose(trace_file);
+    trace_out.reset();
     fmt::print("timeline records written to {}\n", trace_path);
   }
   return 0;
