@@ -200,6 +200,10 @@ class CudaMoeEngine final : public MoeEngine {
     // copy (routed()).
     const char* gather = std::getenv("FP4MOE_FC1_GATHER");
     if (gather && std::string(gather) == "index") fc1_gather_ = Fc1Gather::kIndex;
+    // FP4MOE_FRONT_SMALL=0: routing, permutation and the row copy as separate launches at every T (the
+    // control for the fused small-batch front end, routed()).
+    const char* front = std::getenv("FP4MOE_FRONT_SMALL");
+    front_small_ = !(front && std::string(front) == "0");
     plan_ = plan_workspace(ws);
     workspace_ = DeviceBuffer(plan_.total, "engine workspace");
     ptrs_ = bind_workspace(plan_, workspace_.get());
@@ -279,8 +283,6 @@ class CudaMoeEngine final : public MoeEngine {
       if (!st.is_ok()) return st;
       logits = ptrs_.logits;
     }
-    st = launch_routing(logits, w_.bias.as<float>(), T, cfg_, ptrs_.topk_ids, ptrs_.topk_weights, stream);
-    if (!st.is_ok()) return st;
     PermuteBuffers pb;
     pb.rank = ptrs_.rank;
     pb.chunk_base = ptrs_.chunk_base;
@@ -288,21 +290,13 @@ class CudaMoeEngine final : public MoeEngine {
     pb.gather = ptrs_.gather;
     pb.pair_pos = ptrs_.pair_pos;
     pb.shared_offsets = nullptr;  // written on the side stream by shared_expert()
-    const int32_t* ids = ptrs_.topk_ids;  // global ids stay in topk_ids (ForwardOutputs)
-    if (!shard_.is_whole()) {
-      st = launch_local_expert_ids(ptrs_.topk_ids, T * K, shard_.first, shard_.count, ptrs_.local_ids, stream);
-      if (!st.is_ok()) return st;
-      ids = ptrs_.local_ids;
-    }
-    st = launch_permute(ids, T, K, permute_experts(), pb, stream);
-    if (!st.is_ok()) return st;
 
-    // Routed experts. FC1 reads token gather[r] for grouped row r from a copy of the rows in grouped order
-    // (in y, which FC2 overwrites later; with expert parallelism only the kept rows), so the kernel loads
-    // contiguous rows (the sm90 family by TMA) instead of one 16-byte cp.async per row and k64 block.
-    // The copy costs one write and one read of the kept rows (2.7 us at T = 1, 377 us at T = 8192 on the
-    // H200) and measured faster at every T (docs/perf.md, sm90 step 15). FP4MOE_FC1_GATHER=index keeps
-    // the row index (the comparison in the same run); H not a multiple of 8 does too.
+    // FC1 reads token gather[r] for grouped row r from a copy of the rows in grouped order (in y, which
+    // FC2 overwrites later; with expert parallelism only the kept rows), so the kernel loads contiguous
+    // rows (the sm90 family by TMA) instead of one 16-byte cp.async per row and k64 block. The copy costs
+    // one write and one read of the kept rows (2.7 us at T = 1, 377 us at T = 8192 on the H200) and
+    // measured faster at every T (docs/perf.md, sm90 step 15). FP4MOE_FC1_GATHER=index keeps the row
+    // index (the comparison in the same run); H not a multiple of 8 does too.
     const bool copy_rows = H % 8 == 0 && fc1_gather_ == Fc1Gather::kCopy;
     GroupedGemmArgs a1;
     a1.problem = sized(w_.fc1.shape, T * K, T);
@@ -310,11 +304,30 @@ class CudaMoeEngine final : public MoeEngine {
     a1.a = x;
     a1.a_row_index = ptrs_.gather;
     a1.a_ld = H;
-    if (copy_rows) {
-      if ((st = launch_gather_rows(x, H, ptrs_.gather, T * K, kept_rows(), H, ptrs_.y, stream)), !st.is_ok())
-        return st;
+    if (copy_rows && front_small_ && front_small_supported(cfg_, T, permute_experts())) {
+      // Decode: routing, permutation and the copy in one launch (front_small.cu).
+      st = launch_front_small(logits, w_.bias.as<float>(), T, cfg_, FrontShard{shard_.first, shard_.count}, x, H,
+                              ptrs_.topk_ids, ptrs_.topk_weights, pb, ptrs_.y, stream);
+      if (!st.is_ok()) return st;
       a1.a = ptrs_.y;
       a1.a_row_index = nullptr;
+    } else {
+      st = launch_routing(logits, w_.bias.as<float>(), T, cfg_, ptrs_.topk_ids, ptrs_.topk_weights, stream);
+      if (!st.is_ok()) return st;
+      const int32_t* ids = ptrs_.topk_ids;  // global ids stay in topk_ids (ForwardOutputs)
+      if (!shard_.is_whole()) {
+        st = launch_local_expert_ids(ptrs_.topk_ids, T * K, shard_.first, shard_.count, ptrs_.local_ids, stream);
+        if (!st.is_ok()) return st;
+        ids = ptrs_.local_ids;
+      }
+      st = launch_permute(ids, T, K, permute_experts(), pb, stream);
+      if (!st.is_ok()) return st;
+      if (copy_rows) {
+        if ((st = launch_gather_rows(x, H, ptrs_.gather, T * K, kept_rows(), H, ptrs_.y, stream)), !st.is_ok())
+          return st;
+        a1.a = ptrs_.y;
+        a1.a_row_index = nullptr;
+      }
     }
     a1.weights = w_.fc1.weights(bt.fc1->desc().layout);
     a1.tensor_scales = w_.fc1.tensor_scales.as<float>();
@@ -410,6 +423,7 @@ class CudaMoeEngine final : public MoeEngine {
   bool serial_ = false;  // FP4MOE_SERIAL_STREAM: everything on the caller's stream
   enum class Fc1Gather { kCopy, kIndex };
   Fc1Gather fc1_gather_ = Fc1Gather::kCopy;  // FP4MOE_FC1_GATHER
+  bool front_small_ = true;                   // FP4MOE_FRONT_SMALL
 };
 
 Status create_engine(const MoeConfig& cfg, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out,

@@ -49,6 +49,21 @@ Status launch_permute(const int32_t* ids, int64_t tokens, int64_t topk, int64_t 
 Status launch_gather_rows(const uint16_t* x, int64_t ld, const int32_t* gather, int64_t rows,
                           const int32_t* row_limit, int64_t cols, uint16_t* out, Stream stream);
 
+// --- the small-batch front end (front_small.cu) --------------------------------------------------------
+// launch_routing (its register fast path), launch_local_expert_ids for an expert shard, launch_permute and
+// launch_gather_rows of the kept rows, in one launch for decode-sized batches: the same bytes in ids and
+// weights [T, topk] (global expert ids), b.offsets [E + 1, or count + 2 for a shard], b.gather,
+// b.pair_pos and y [kept rows, H]; b.rank, b.chunk_base and b.shared_offsets are not touched. x rows are
+// ld bf16 apart, y rows H; H and ld multiples of 8, x and y 16-byte aligned, else kInvalidArgument.
+struct FrontShard {
+  int64_t first = 0, count = 0;  // the experts held: [first, first + count); all E = the whole layer
+};
+// Whether the fused path takes `tokens` tokens of cfg over `permute_experts` (E, or count + 1).
+bool front_small_supported(const MoeConfig& cfg, int64_t tokens, int64_t permute_experts);
+Status launch_front_small(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg,
+                          const FrontShard& shard, const uint16_t* x, int64_t ld, int32_t* ids, float* weights,
+                          const PermuteBuffers& b, uint16_t* y, Stream stream);
+
 // --- finalize (finalize.cu) -------------------------------------------------------------------------
 // out[t] = bf16( sum_k w[t,k] * y[pair_pos[t*topk+k]] (+ y_shared[t]) ), fp32, k in order then shared (R5).
 // y [pairs, H] bf16, y_shared [T, H] bf16 or null, out [T, H] bf16; H a multiple of 8, 16-byte aligned rows.

@@ -13,6 +13,7 @@
 
 #include <climits>
 
+#include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
 #include "fp4moe/dtype.h"
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_pos,
                     const float* __restrict__ weights, const int32_t* __restrict__ kept_rows,
                     const uint16_t* __restrict__ y_shared, int topk, int hidden, uint16_t* __restrict__ out) {
+  pdl_wait();  // programmatic dependent launch (common/pdl_launch.h): FC2's rows come from the kernel before
   const int t = blockIdx.x;
   const int c8 = blockIdx.y * kFinalizeThreads + threadIdx.x;  // group of 8 columns
   if (c8 * 8 >= hidden) return;
@@ -104,9 +106,10 @@ Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const
   const int64_t groups = hidden / 8;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((groups + kFinalizeThreads - 1) / kFinalizeThreads));
   auto kernel = topk <= 8 ? finalize_kernel<8> : (topk <= 16 ? finalize_kernel<16> : finalize_kernel<0>);
-  kernel<<<grid, kFinalizeThreads, 0, stream>>>(y, pair_pos, weights, kept_rows, y_shared, static_cast<int>(topk),
-                                                static_cast<int>(hidden), out);
-  return cuda_launch_status("finalize_kernel launch", __FILE__, __LINE__);
+  const cudaError_t err = launch_pdl(kernel, grid, dim3(kFinalizeThreads), 0, stream, y, pair_pos, weights, kept_rows,
+                                     y_shared, static_cast<int>(topk), static_cast<int>(hidden), out);
+  if (err != cudaSuccess) return cuda_status(err, "finalize_kernel launch", __FILE__, __LINE__);
+  return Status::ok();
 }
 
 }  // namespace fp4moe::engine

@@ -2,7 +2,8 @@
 // small E, which takes the generic routing kernel): ids and weights of launch_routing (the register fast
 // path where it applies) and launch_routing_generic against the CPU reference on fresh random logits,
 // and the permutation (the one-block kernel for small batches, the three-kernel path for large ones)
-// against a stable grouping computed here. Outputs are poisoned first.
+// against a stable grouping computed here; and the fused small-batch front end (launch_front_small) against
+// those separate launches, byte for byte. Outputs are poisoned first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,6 +141,116 @@ TEST(Routing, PermuteGroupsStably) {
       EXPECT_EQ(so.download<int32_t>(2), (std::vector<int32_t>{0, static_cast<int32_t>(T)}));
     }
   }
+}
+
+// The fused small-batch front end writes the bytes of the separate launches (routing's fast path, the
+// expert-parallel id map, the permutation and the gathered row copy), for the whole layer and a shard.
+TEST(Routing, FrontSmallEqualsSeparateLaunches) {
+  const RouteCase cases[] = {
+      {"glm5-like", 256, 8, 8, 4, true, true, true},
+      {"e512-g32", 512, 10, 32, 8, true, true, true},
+      {"softmax-e128", 128, 8, 1, 1, false, false, true},
+      {"softmax-e64-top1", 64, 1, 1, 1, false, false, false},
+  };
+  const int64_t H = 520, ld = 536;  // x rows are ld apart, y rows H
+  int checked = 0;
+  for (const RouteCase& rc : cases) {
+    MoeConfig cfg = route_config(rc);
+    cfg.hidden = H;
+    const int64_t E = rc.experts, K = rc.topk;
+    for (int64_t T : {1, 3, 8, 64}) {
+      if (T * K > 64) continue;  // the fused path's limit (checked below)
+      const int64_t P = T * K;
+      ASSERT_TRUE(engine::front_small_supported(cfg, T, E)) << rc.name << " T=" << T;
+      for (const engine::FrontShard shard : {engine::FrontShard{0, E}, engine::FrontShard{E / 4, E / 8}}) {
+        const bool whole = shard.count == E;
+        const int64_t PE = whole ? E : shard.count + 1;
+        SCOPED_TRACE(::testing::Message() << rc.name << " T=" << T << " shard [" << shard.first << ", "
+                                          << shard.first + shard.count << ")");
+        const uint64_t seed = 9100 + T * 17 + E + shard.first;
+        Dev logits = Dev::from(random_f32(static_cast<size_t>(T * E), seed, 2.0f));
+        Dev bias = rc.bias ? Dev::from(random_f32(static_cast<size_t>(E), seed + 1, 0.1f)) : Dev();
+        Dev x = Dev::from(random_bf16(static_cast<size_t>(T * ld), seed + 2));
+        const float* bp = rc.bias ? bias.as<float>() : nullptr;
+        struct Out {
+          Dev ids, w, off, gather, pos, y;
+        };
+        auto make = [&] {
+          Out o{Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(PE + 1) * 4),
+                Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P * H) * 2)};
+          for (const Dev* d : {&o.ids, &o.w, &o.off, &o.gather, &o.pos, &o.y}) d->poison();
+          return o;
+        };
+        auto buffers = [](const Out& o, engine::PermuteBuffers* b) {
+          b->offsets = o.off.as<int32_t>();
+          b->gather = o.gather.as<int32_t>();
+          b->pair_pos = o.pos.as<int32_t>();
+        };
+        // Separate launches, as the engine runs them for larger batches.
+        Out ref = make();
+        Dev local(static_cast<size_t>(P) * 4), rank(static_cast<size_t>(P) * 4),
+            cb(static_cast<size_t>(engine::permute_chunks(P) * PE) * 4);
+        engine::PermuteBuffers rb;
+        buffers(ref, &rb);
+        rb.rank = rank.as<int32_t>();
+        rb.chunk_base = cb.as<int32_t>();
+        ASSERT_TRUE(engine::launch_routing(logits.as<float>(), bp, T, cfg, ref.ids.as<int32_t>(), ref.w.as<float>(), nullptr)
+                        .is_ok());
+        const int32_t* ids = ref.ids.as<int32_t>();
+        if (!whole) {
+          ASSERT_TRUE(engine::launch_local_expert_ids(ids, P, shard.first, shard.count, local.as<int32_t>(), nullptr).is_ok());
+          ids = local.as<int32_t>();
+        }
+        ASSERT_TRUE(engine::prepare_permute_kernels(PE).is_ok());
+        ASSERT_TRUE(engine::launch_permute(ids, T, K, PE, rb, nullptr).is_ok());
+        ASSERT_TRUE(engine::launch_gather_rows(x.as<uint16_t>(), ld, ref.gather.as<int32_t>(), P,
+                                               whole ? nullptr : ref.off.as<int32_t>() + shard.count, H,
+                                               ref.y.as<uint16_t>(), nullptr)
+                        .is_ok());
+        // One fused launch.
+        Out got = make();
+        engine::PermuteBuffers gb;
+        buffers(got, &gb);
+        const Status st = engine::launch_front_small(logits.as<float>(), bp, T, cfg, shard, x.as<uint16_t>(), ld,
+                                                     got.ids.as<int32_t>(), got.w.as<float>(), gb, got.y.as<uint16_t>(),
+                                                     nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        CUDA_OK(cudaDeviceSynchronize());
+        const auto n = static_cast<size_t>(P);
+        EXPECT_EQ(got.ids.download<int32_t>(n), ref.ids.download<int32_t>(n));
+        EXPECT_EQ(got.w.download<uint32_t>(n), ref.w.download<uint32_t>(n));  // the bits
+        const std::vector<int32_t> off = ref.off.download<int32_t>(static_cast<size_t>(PE + 1));
+        EXPECT_EQ(got.off.download<int32_t>(static_cast<size_t>(PE + 1)), off);
+        EXPECT_EQ(got.gather.download<int32_t>(n), ref.gather.download<int32_t>(n));
+        EXPECT_EQ(got.pos.download<int32_t>(n), ref.pos.download<int32_t>(n));
+        const int64_t kept = whole ? P : off[static_cast<size_t>(shard.count)];
+        const auto rows = static_cast<size_t>(kept * H);
+        EXPECT_EQ(got.y.download<uint16_t>(rows), ref.y.download<uint16_t>(rows));
+        // The rows past the kept ones (another rank's experts) are left as they were.
+        if (kept < P) {
+          const std::vector<uint16_t> all = got.y.download<uint16_t>(static_cast<size_t>(P * H));
+          const uint16_t poison = static_cast<uint16_t>(kPoison | (kPoison << 8));
+          EXPECT_TRUE(std::all_of(all.begin() + static_cast<std::ptrdiff_t>(rows), all.end(),
+                                  [&](uint16_t v) { return v == poison; }));
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, (3 + 2 + 3 + 4) * 2);  // top-10 stops at T = 3, top-1 goes on to T = 64
+  // Outside its shapes the fused path says so instead of running.
+  const MoeConfig glm = route_config(cases[0]);
+  EXPECT_TRUE(engine::front_small_supported(glm, 8, 256));
+  EXPECT_FALSE(engine::front_small_supported(glm, 9, 256));         // 72 pairs
+  EXPECT_FALSE(engine::front_small_supported(route_config({"e8", 8, 2, 1, 1, false, false, true}), 1, 8));  // not 32k experts
+  const Status big = engine::launch_front_small(nullptr, nullptr, 9, glm, engine::FrontShard{0, 256}, nullptr, 8, nullptr,
+                                                nullptr, engine::PermuteBuffers{}, nullptr, nullptr);
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("9 tokens x top-8"), std::string::npos) << big.message();
+  const Status bad_shard = engine::launch_front_small(nullptr, nullptr, 1, glm, engine::FrontShard{250, 8}, nullptr, 8,
+                                                      nullptr, nullptr, engine::PermuteBuffers{}, nullptr, nullptr);
+  EXPECT_EQ(bad_shard.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_shard.message().find("[250, 258)"), std::string::npos) << bad_shard.message();
 }
 
 }  // namespace
