@@ -136,8 +136,19 @@ class CudaMoeEngine final : public MoeEngine {
       const std::string tuned2 = use_tuned ? tuned_for(opts_.fc2_by_bucket, b) : std::string();
       bt.fc1 = choose(w_.fc1, rows, expected, b, opts_.fc1_tactic, tuned1);
       bt.fc2 = choose(w_.fc2, rows, expected, b, opts_.fc2_tactic, tuned2);
-      bt.chain = chain_ok && bt.fc1 == bt.fc2 && bt.fc1->can_chain() &&
-                 prefer_chained(sized(w_.fc1.shape, expected, b), sized(w_.fc2.shape, expected, b));
+      const bool chain_wanted =
+          chain_ok && prefer_chained(sized(w_.fc1.shape, expected, b), sized(w_.fc2.shape, expected, b));
+      // A chained launch runs one tactic. Where the heuristic chose two (none forced or tuned), FC1 takes
+      // FC2's when that one can run it: FC2's choice is the one a short reduction constrains (the TP8
+      // shard, K = 256, takes the two-CTA k256 tile, FC1 the four-consumer one), and the chain saved more
+      // than FC1's own tile gained (docs/perf.md, sm90 step 28).
+      if (chain_wanted && bt.fc1 != bt.fc2 && bt.fc2->can_chain() && opts_.fc1_tactic.empty() &&
+          opts_.fc2_tactic.empty() && tuned1.empty() && tuned2.empty() &&
+          bt.fc2->check(sized(w_.fc1.shape, rows, b), caps_).ok) {
+        bt.fc1 = bt.fc2;  // the first choice stays in `used` (another bucket may run it; an extra init is harmless)
+        used.insert({bt.fc1, &w_.fc1});
+      }
+      bt.chain = chain_wanted && bt.fc1 == bt.fc2 && bt.fc1->can_chain();
       if (shared_nvfp4) {
         bt.shared_fc1 = choose(w_.shared_fc1, b, b, b, opts_.fc1_tactic, "");
         bt.shared_fc2 = choose(w_.shared_fc2, b, b, b, opts_.fc2_tactic, "");

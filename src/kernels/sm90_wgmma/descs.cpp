@@ -10,12 +10,12 @@ namespace fp4moe {
 
 namespace {
 
-template <int BM, int BN, int BK, int STAGES, int CTAS>
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
 TacticDesc sm90_desc(int regs) {
-  using Cfg = sm90::TileConfig<BM, BN, BK, STAGES, CTAS>;
+  using Cfg = sm90::TileConfig<BM, BN, BK, STAGES, CTAS, CONS>;
   static_assert(sizeof(Cfg) > 0, "");
   TacticDesc d;
-  d.name = sm90::tactic_name(BM, BN, BK, STAGES, CTAS);
+  d.name = sm90::tactic_name(BM, BN, BK, STAGES, CTAS, CONS);
   d.family = "sm90";
   d.tile_m = BM;
   d.tile_n = BN;
@@ -31,7 +31,7 @@ TacticDesc sm90_desc(int regs) {
   d.req.needs_arch_specific = true;  // wgmma, setmaxnreg
   d.req.smem_bytes = Cfg::kSmemBytes;
   d.req.regs_per_thread = regs;
-  d.req.threads = sm90::kThreads;
+  d.req.threads = Cfg::kThreads;
   d.req.cluster = 1;
   d.req.k_align = 16;   // K is zero-padded to 64 in the packed layout; tokens are zero-filled past K
   d.req.n_align = 1;    // rows are zero-padded to 64 and the epilogue masks columns past N
@@ -43,8 +43,8 @@ TacticDesc sm90_desc(int regs) {
 }  // namespace
 
 void append_sm90_tactic_descs(std::vector<TacticDesc>& out) {
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, REGS) \
-  out.push_back(sm90_desc<BM, BN, BK, STAGES, CTAS>(REGS));
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, REGS) \
+  out.push_back(sm90_desc<BM, BN, BK, STAGES, CTAS, CONS>(REGS));
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
 }

@@ -22,7 +22,7 @@
 // four k16 steps, wgmma.fence, issue four wgmmas per tile. Tiles with two or more chunks per stage
 // commit each chunk as its own group and keep up to B-1 groups in flight across stage boundaries
 // (consume_pipelined); the k64 tile commits per stage and waits for it (consume_serial). A stage is
-// freed when every consumer thread has arrived on its empty barrier (256 arrivals).
+// freed when every consumer thread has arrived on its empty barrier (128 per consumer warpgroup).
 #pragma once
 #include <cstdint>
 
@@ -92,9 +92,9 @@ constexpr int accumulator_sets() { return BN <= 16 ? 4 : (BN <= 64 ? 2 : 1); }
 // RS wgmmas read their A registers asynchronously, so a buffer is rewritten only after wait_group<kBuffers-1>
 // has retired the group that last read it. One buffer per chunk of a stage (four, 64 registers, for a
 // k256 stage) where the register budget allows (one CTA per SM), two with two CTAs per SM (96
-// registers per consumer thread).
+// registers per consumer thread, or 104 with four consumer warpgroups in one CTA).
 template <class Cfg>
-constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 && Cfg::kCtasPerSm == 1 ? Cfg::kChunksPerStage : 2; }
+constexpr int a_buffers() { return Cfg::kChunksPerStage >= 2 && Cfg::Regs::kConsumer > 128 ? Cfg::kChunksPerStage : 2; }
 
 // The pipelined schedule needs at least two chunks per stage: with one (the k64 tile) its loop body
 // spans two stages and ptxas serialises every wgmma (C7513), so such tiles keep the serial schedule
@@ -107,7 +107,7 @@ template <class Cfg>
 constexpr bool pipelined_consumer() { return !FP4MOE_SM90_SERIAL_STAGES && Cfg::kChunksPerStage >= 2; }
 
 // A consumer thread's release of a stage: every consumer thread arrives on the stage's empty barrier
-// (256 arrivals free it) after its own last read of the stage, so each thread's shared-memory reads are
+// (all 128 x CONS arrivals free it) after its own last read of the stage, so each thread's shared-memory reads are
 // ordered before the producer's next copy into the stage by that thread's own arrive (release) and the
 // producer's wait (acquire). With one arrive per warp by lane 0 after a __syncwarp (8 arrivals),
 // compute-sanitizer's racecheck reported every reuse of a stage as a hazard between the bulk copy and the
@@ -205,7 +205,7 @@ __device__ __forceinline__ void consume_serial(
 // (B = a_buffers), its wgmmas are issued and committed as group c; before chunk c writes its buffer,
 // wait_group<B-1> retires group c-B, the last reader of that buffer, so B-1 chunks of wgmmas stay in
 // flight while the next one is dequantised and no wait on the tensor core falls at a stage boundary. A
-// stage's shared memory is released (every consumer thread arrives on its empty barrier, 256 free it)
+// stage's shared memory is released (every consumer thread arrives on its empty barrier)
 // once the group of its last chunk has retired, up to B-1 chunks late. The first body is peeled so that
 // the loop is entered with the same groups in flight as its back edge carries: ptxas then sees each
 // buffer rewritten only after the wait that retires its reader (without the peel it reports C7513 and

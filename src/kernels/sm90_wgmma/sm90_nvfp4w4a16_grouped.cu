@@ -96,10 +96,10 @@ Status split_mode_requested(int* mode, const std::string& tactic) {
   return Status::ok();
 }
 
-template <int BM, int BN, int BK, int STAGES, int CTAS>
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
 class Sm90Tactic final : public GroupedGemmTactic {
  public:
-  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS>;
+  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS, CONS>;
   explicit Sm90Tactic(const TacticDesc& d) : desc_(d) {}
   const TacticDesc& desc() const override { return desc_; }
 
@@ -207,7 +207,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     return sizeof(int) * static_cast<size_t>(3 + p.total_rows / BN + p.num_experts + 1);
   }
   static size_t partials_offset(const GemmProblem& p) {
-    const size_t end = split_counters_offset(p) + (Cfg::kSplitCapable ? sizeof(int) * kConsumerWarpgroups * kMaxSplitItems : 0);
+    const size_t end = split_counters_offset(p) + (Cfg::kSplitCapable ? sizeof(int) * CONS * kMaxSplitItems : 0);
     return (end + 15) / 16 * 16;
   }
   // The split reduction's mode and workspace regions; none without the dynamic schedule's workspace.
@@ -272,7 +272,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     const int64_t slots = int64_t(sm_count_) * CTAS;
     const int64_t items = prm.split_mode == 0 ? std::max(max_items, slots / 2) : max_items;
     const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(slots, items)));
-    return cuda_status(launch_pdl(fn, dim3(grid), dim3(kThreads), Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream), prm),
+    return cuda_status(launch_pdl(fn, dim3(grid), dim3(Cfg::kThreads), Cfg::kSmemBytes, reinterpret_cast<cudaStream_t>(stream), prm),
                        "kernel launch", desc_.name);
   }
 
@@ -284,10 +284,10 @@ class Sm90Tactic final : public GroupedGemmTactic {
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};
 
-template <int BM, int BN, int BK, int STAGES, int CTAS>
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
 bool resources_if_named(const std::string& name, cudaFuncAttributes* out, Status* st) {
-  if (name != tactic_name(BM, BN, BK, STAGES, CTAS)) return false;
-  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS>;
+  if (name != tactic_name(BM, BN, BK, STAGES, CTAS, CONS)) return false;
+  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS, CONS>;
   cudaFuncAttributes a{}, b{}, c{};
   *st = cuda_status(cudaFuncGetAttributes(&a, &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc1>),
                     "cudaFuncGetAttributes", name);
@@ -307,8 +307,8 @@ bool resources_if_named(const std::string& name, cudaFuncAttributes* out, Status
 
 Status kernel_resources(const std::string& tactic_name, cudaFuncAttributes* out) {
   Status st(StatusCode::kNotFound, fmt::format("no sm90 tactic named '{}'", tactic_name));
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, REGS) \
-  if (resources_if_named<BM, BN, BK, STAGES, CTAS>(tactic_name, out, &st)) return st;
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, REGS) \
+  if (resources_if_named<BM, BN, BK, STAGES, CTAS, CONS>(tactic_name, out, &st)) return st;
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
   return st;
@@ -330,8 +330,8 @@ void append_sm90_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out) {
   std::vector<TacticDesc> descs;
   append_sm90_tactic_descs(descs);
   size_t i = 0;
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, REGS) \
-  out.push_back(std::make_unique<sm90::Sm90Tactic<BM, BN, BK, STAGES, CTAS>>(descs.at(i++)));
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, REGS) \
+  out.push_back(std::make_unique<sm90::Sm90Tactic<BM, BN, BK, STAGES, CTAS, CONS>>(descs.at(i++)));
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
 }

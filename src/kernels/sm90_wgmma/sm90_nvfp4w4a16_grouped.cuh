@@ -8,15 +8,16 @@
 //   D[BM weight rows, BN tokens] = W_e[rows, K] . X[tokens, K]^T    (weights on wgmma's M side)
 // and the epilogue writes out[token, column] (sm90_epilogue.cuh).
 //
-// Warp roles (384 threads, tile_config.h):
+// Warp roles (128 (1 + CONS) threads, tile_config.h):
 //   warpgroup 0  producers (sm90_producer.cuh): warp 0 takes the work items and fills the stage ring with
 //                bulk (TMA) weight copies, warp 1 with the token rows (TMA or cp.async); setmaxnreg.dec
 //                to 56 (48 with two CTAs per SM); warps 2-3 leave.
-//   warpgroups 1, 2  consumers: setmaxnreg.inc to 224 (96); dequantise the NVFP4 weights into wgmma A
-//                registers and run RS wgmma against the token tile (sm90_consumer.cuh).
+//   warpgroups 1 .. CONS  consumers: setmaxnreg.inc to 224 (96 with two CTAs per SM, 104 with four
+//                consumers); dequantise the NVFP4 weights into wgmma A registers and run RS wgmma
+//                against the token tile (sm90_consumer.cuh).
 // Shared memory: the stage ring, 2 x STAGES + 16 mbarriers, the work-list table (byte offsets in
 // tile_config.h). Barriers: full[s] expects 1 + 32 arrivals plus the stage's TMA bytes; empty[s]
-// expects 256 arrivals (every consumer thread).
+// expects 128 CONS arrivals (every consumer thread).
 // Packed weight and scale layout: sm90_layout.h (kSm90Interleaved).
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only; nothing from the driver library is linked)
@@ -94,7 +95,7 @@ __device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][
                                              float4* __restrict__ partials, int* __restrict__ counter, int first_item,
                                              int part, int parts, int consumer, int tid, int32_t* s_flag) {
   constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
-  constexpr int64_t kItemVecs = int64_t(kConsumerWarpgroups) * kVecs * 128;
+  constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
   float4* mine = partials + (first_item + part) * kItemVecs + consumer * kVecs * 128 + tid;
 #pragma unroll
   for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
@@ -152,7 +153,7 @@ __device__ __forceinline__ bool op_is_fc1(int o) {
 }
 
 template <class Cfg, LaunchMode kMode>
-__global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_grouped_kernel(const __grid_constant__ LaunchParams p) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_grouped_kernel(const __grid_constant__ LaunchParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // Shared memory
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   int32_t* s_flag = s_items + kItemRing;
   using Space = ItemSpace<Cfg, kMode, LaunchParams>;
   static_assert(sizeof(Space) <= sizeof(int32_t) * kItemSpaceInts, "tile_config.h reserves too little for ItemSpace");
-  Space* s_space = reinterpret_cast<Space*>(s_flag + kConsumerWarpgroups);
+  Space* s_space = reinterpret_cast<Space*>(s_flag + Cfg::kConsumers);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int num_experts = p.op[0].num_experts;
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(&full[s], 1 + 32);
-      mbar_init(&empty[s], kConsumerWarpgroups * 128);
+      mbar_init(&empty[s], Cfg::kConsumers * 128);
     }
     for (int i = 0; i < kItemRing; ++i) mbar_init(&item_bar[i], 1);
     fence_barrier_init();
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
     if constexpr (Cfg::kSplitCapable) {
       if (parts > 1) {
         const int base = space.split_base(o);
-        finish = reduce_split<Cfg>(res, p.partials, p.split_counters + (base + unit) * kConsumerWarpgroups + consumer,
+        finish = reduce_split<Cfg>(res, p.partials, p.split_counters + (base + unit) * Cfg::kConsumers + consumer,
                                    base + unit * parts, part, parts, consumer, tid, s_flag);
       }
     }
@@ -286,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a16_gro
   // which keeps the done count's round trip off the kernel's end (1-2 us at T = 1 when the consumers did
   // it for every launch).
   if (kMode == LaunchMode::kChain) {
-    named_barrier_sync(3, 256);
+    named_barrier_sync(1 + Cfg::kConsumers, Cfg::kConsumers * 128);  // ids 1 .. kConsumers: one per consumer
     if (consumer == 0 && tid == 0) finish_work_items(p.counters, 1 + s_prefix[num_experts]);
   }
 #endif

@@ -135,8 +135,8 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
   const int32_t* s_items = s_rows + Cfg::kBN;
   // A chained FC2 item's token tile is ready when both consumer warpgroups of each FC1 m-tile signalled it.
   // Only the part of a split FC1 tile that finishes it signals.
-  const int tile_ready = kConsumerWarpgroups * space.mtiles0;
-  const int fc1_all = kConsumerWarpgroups * space.units0;  // every FC1 tile signalled
+  const int tile_ready = Cfg::kConsumers * space.mtiles0;
+  const int fc1_all = Cfg::kConsumers * space.units0;  // every FC1 tile signalled
   bool fc1_done = false;
   constexpr int kRowChunks = Cfg::kBK / 8;  // 16-byte chunks per token row per stage
   static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");

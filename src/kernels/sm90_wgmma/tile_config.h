@@ -2,9 +2,11 @@
 // the kernel (sm90_nvfp4w4a16_grouped.cuh), so the shared memory the preflight sees is the one the
 // kernel asks for. Host-only C++ (no CUDA headers).
 //
-// CTA shape: 3 warpgroups = 384 threads. Warpgroup 0 is the producer (warp 0 issues the weight copies,
-// warp 1 the token copies, the other two leave after setmaxnreg), warpgroups 1 and 2 are consumers;
-// consumer c owns the BM/128 packed 64-row tiles c*BM/128 .. of the CTA tile and all BN tokens.
+// CTA shape: 1 + CONS warpgroups (CONS = 2: 384 threads, or 4: 640). Warpgroup 0 is the producer (warp 0
+// issues the weight copies, warp 1 the token copies, the other two leave after setmaxnreg), warpgroups
+// 1 .. CONS are consumers; consumer c owns the BM/64/CONS packed 64-row tiles c*BM/64/CONS .. of the CTA
+// tile and all BN tokens. All consumers read every stage, and a stage is freed when all have released
+// it, so they advance together.
 //
 // Dynamic shared memory, from a 1024-byte aligned base (the 128-byte swizzle needs it):
 //   stage s at s * kStageBytes:
@@ -26,8 +28,6 @@
 namespace fp4moe {
 namespace sm90 {
 
-constexpr int kThreads = 384;               // producer warpgroup + 2 consumer warpgroups
-constexpr int kConsumerWarpgroups = 2;
 constexpr int kMaxExperts = 512;            // the work-list table lives in shared memory
 constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
 constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
@@ -46,29 +46,34 @@ constexpr int64_t split_partial_bytes(int bm, int bn) {
   return split_capable(bn) ? int64_t(kMaxSplitItems) * bm * bn * 4 : 0;
 }
 
-// Registers per thread: at launch (the compiler's limit from __launch_bounds__(384, CTAS)), and the
-// setmaxnreg targets of the producer and consumer warpgroups. The CTA's pool is launch * 384; what the
-// producer gives back must cover what the consumers take: 128 (launch - producer) >= 256 (consumer - launch).
-template <int CTAS>
+// Registers per thread: at launch (the compiler's limit from __launch_bounds__(threads, CTAS)), and the
+// setmaxnreg targets of the producer and consumer warpgroups. The CTA's pool is launch * threads; what the
+// producer gives back must cover what the consumers take: 128 (launch - producer) >= 128 CONS (consumer -
+// launch). Two consumers: one CTA per SM 168 -> 56 / 224, two CTAs 80 -> 48 / 96. Four consumers (one CTA
+// of 640 threads): 96 -> 40 / 104, about the two-CTA tile's consumer budget.
+template <int CTAS, int CONS>
 struct RegisterPlan {
-  static constexpr int kLaunch = CTAS == 1 ? 168 : 80;
-  static constexpr int kProducer = CTAS == 1 ? 56 : 48;  // 48: all the two-CTA pool allows
-  static constexpr int kConsumer = CTAS == 1 ? 224 : 96;
+  static constexpr int kLaunch = CONS == 4 ? 96 : (CTAS == 1 ? 168 : 80);
+  static constexpr int kProducer = CONS == 4 ? 40 : (CTAS == 1 ? 56 : 48);  // 48: all the two-CTA pool allows
+  static constexpr int kConsumer = CONS == 4 ? 104 : (CTAS == 1 ? 224 : 96);
   static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
-  static_assert(128 * (kLaunch - kProducer) >= 256 * (kConsumer - kLaunch), "setmaxnreg would wait forever");
-  static_assert(kLaunch * kThreads * CTAS <= 65536, "the register file holds CTAS CTAs");
+  static_assert(CONS == 2 || (CONS == 4 && CTAS == 1), "two consumer warpgroups, or four in a lone CTA");
+  static_assert(128 * (kLaunch - kProducer) >= 128 * CONS * (kConsumer - kLaunch), "setmaxnreg would wait forever");
+  static_assert(kLaunch * 128 * (1 + CONS) * CTAS <= 65536, "the register file holds CTAS CTAs");
 };
 
-template <int BM, int BN, int BK, int STAGES, int CTAS>
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
 struct TileConfig {
   static constexpr int kBM = BM;   // packed weight rows per CTA tile (wgmma M side); FC1: BM/2 output columns
   static constexpr int kBN = BN;   // tokens per CTA tile (wgmma N)
   static constexpr int kBK = BK;   // k per pipeline stage
   static constexpr int kStages = STAGES;
   static constexpr int kCtasPerSm = CTAS;  // resident CTAs per SM the tile is sized for (latency hiding)
-  using Regs = RegisterPlan<CTAS>;
+  static constexpr int kConsumers = CONS;  // consumer warpgroups
+  static constexpr int kThreads = 128 * (1 + CONS);
+  using Regs = RegisterPlan<CTAS, CONS>;
   static constexpr int kM64PerCta = BM / 64;
-  static constexpr int kM64PerConsumer = BM / 64 / kConsumerWarpgroups;
+  static constexpr int kM64PerConsumer = BM / 64 / CONS;
   static constexpr int kChunksPerStage = BK / kPackK;   // packed k64 blocks per tile and stage
   static constexpr int kTokenSubTileBytes = BN * 128;
   static constexpr int kTokenBytes = kChunksPerStage * kTokenSubTileBytes;
@@ -77,12 +82,12 @@ struct TileConfig {
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
   static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing) * 8;
-  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing + kConsumerWarpgroups + kItemSpaceInts) * 4;
+  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing + CONS + kItemSpaceInts) * 4;
   static constexpr bool kSplitCapable = split_capable(BN);
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
 
-  static_assert(BM % 128 == 0 && BM <= 256, "BM must be 128 or 256: each consumer warpgroup owns whole 64-row tiles");
+  static_assert(BM % (64 * CONS) == 0 && BM <= 256, "BM must be 128 or 256: each consumer warpgroup owns whole 64-row tiles");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN is wgmma's N: a multiple of 8 in [8, 256]");
   static_assert(BK % kPackK == 0, "BK must be a whole number of packed k64 chunks");
   static_assert(kPackKAlign % BK == 0, "BK must divide the packed K padding so every stage is full");
