@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "common/pdl_launch.h"
+#include "common/warp_scan.cuh"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
 #include "engine/route_fast.cuh"
@@ -96,12 +97,7 @@ __global__ void __launch_bounds__(kFrontThreads) front_small_kernel(const __grid
     c[j] = e < E2 ? s_off[e] : 0;
     sum += c[j];
   }
-  int incl = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
+  const int incl = warp_inclusive_sum(sum, lane);
   if (lane == 31) s_warp[warp] = incl;
   __syncthreads();  // also: every count is read before the bases overwrite them
   int base = incl - sum;

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "common/pdl_launch.h"
+#include "common/warp_scan.cuh"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
 
@@ -79,12 +80,7 @@ __global__ void __launch_bounds__(kOffsetThreads)
     int total = 0;
     if (e < experts)
       for (int c = 0; c < chunks; ++c) total += chunk_base[static_cast<int64_t>(c) * experts + e];
-    int incl = total;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
+    const int incl = warp_inclusive_sum(total, lane);
     if (lane == 31) warp_sums[warp] = incl;
     __syncthreads();
     int before = carry_s, chunk_total = 0;
@@ -158,12 +154,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
   int total = 0;
   if (tid < experts)
     for (int w = 0; w < kSmallWarps; ++w) total += count[w][tid];
-  int incl = total;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
+  const int incl = warp_inclusive_sum(total, lane);
   if (lane == 31) warp_tot[warp] = incl;
   __syncthreads();
   int before_warps = 0;

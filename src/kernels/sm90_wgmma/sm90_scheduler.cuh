@@ -28,6 +28,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/warp_scan.cuh"
 #include "kernels/sm90_wgmma/tile_config.h"
 
 namespace fp4moe {
@@ -59,11 +60,7 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
       local += (hi - lo + BN - 1) / BN;
     }
   }
-  int incl = local;
-  for (int d = 1; d < 32; d <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += v;
-  }
+  const int incl = warp_inclusive_sum(local, lane);
   int run = incl - local;
   for (int i = 0; i < per_lane; ++i) {
     const int e = first + i;
