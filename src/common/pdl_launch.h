@@ -20,8 +20,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <utility>
+
+#include "common/env.h"
 
 namespace fp4moe {
 
@@ -39,10 +40,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // Whether launches on the current device get the programmatic-serialization attribute (sm_90 or newer,
 // unless FP4MOE_PDL=0). Cached per device ordinal.
 inline bool pdl_enabled() {
-  static const bool requested = [] {
-    const char* v = std::getenv("FP4MOE_PDL");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool requested = env_switch("FP4MOE_PDL", true);
   if (!requested) return false;
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 yes, 2 no (zero-initialised: static storage)

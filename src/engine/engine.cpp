@@ -20,6 +20,7 @@
 #include <functional>
 #include <set>
 
+#include "common/env.h"
 #include "engine/cuda_check.h"
 #include "engine/device_weights.h"
 #include "engine/engine_kernels.h"
@@ -126,8 +127,7 @@ class CudaMoeEngine final : public MoeEngine {
     // shared expert: on its side stream a chained launch holds SM slots with CTAs waiting for FC1 while
     // the routed GEMMs need them (GLM-5 T = 32 forward 921 against 896 us). FP4MOE_CHAIN=0 keeps two
     // launches (the control).
-    const char* chain_env = std::getenv("FP4MOE_CHAIN");
-    const bool chain_ok = !(chain_env && std::string(chain_env) == "0");
+    const bool chain_ok = env_switch("FP4MOE_CHAIN", true);
     for (int64_t b : buckets_) {
       BucketTactics bt;
       const int64_t rows = b * cfg_.topk;
@@ -154,7 +154,7 @@ class CudaMoeEngine final : public MoeEngine {
         bt.shared_fc2 = choose(w_.shared_fc2, b, b, b, opts_.fc2_tactic, "");
       }
       tactics_.push_back(bt);
-      if (std::getenv("FP4MOE_PRINT_TACTICS"))
+      if (env_switch("FP4MOE_PRINT_TACTICS", false))
         log::info("engine", "tokens<={}: fc1 {} fc2 {}{}{}", b, bt.fc1->desc().name, bt.fc2->desc().name,
                   bt.chain ? " (chained)" : "",
                   shared_nvfp4 ? fmt::format(" shared {} / {}", bt.shared_fc1->desc().name, bt.shared_fc2->desc().name)
@@ -200,8 +200,7 @@ class CudaMoeEngine final : public MoeEngine {
     ws.tactic_bytes = tactic_ws;
     // FP4MOE_SERIAL_STREAM=1 keeps the shared expert on the caller's stream (no side stream), e.g. for
     // compute-sanitizer racecheck, which did not finish the two-stream forward within minutes.
-    const char* serial = std::getenv("FP4MOE_SERIAL_STREAM");
-    serial_ = serial && *serial && std::string(serial) != "0";
+    serial_ = env_switch("FP4MOE_SERIAL_STREAM", false);
     if (w_.has_shared() && !serial_) {
       FP4MOE_CUDA_THROW(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
       FP4MOE_CUDA_THROW(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
@@ -213,8 +212,7 @@ class CudaMoeEngine final : public MoeEngine {
     if (gather && std::string(gather) == "index") fc1_gather_ = Fc1Gather::kIndex;
     // FP4MOE_FRONT_SMALL=0: routing, permutation and the row copy as separate launches at every T (the
     // control for the fused small-batch front end, routed()).
-    const char* front = std::getenv("FP4MOE_FRONT_SMALL");
-    front_small_ = !(front && std::string(front) == "0");
+    front_small_ = env_switch("FP4MOE_FRONT_SMALL", true);
     plan_ = plan_workspace(ws);
     workspace_ = DeviceBuffer(plan_.total, "engine workspace");
     ptrs_ = bind_workspace(plan_, workspace_.get());

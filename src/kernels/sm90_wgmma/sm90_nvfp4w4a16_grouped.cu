@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "common/env.h"
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_family.h"
 #include "kernels/sm90_wgmma/sm90_names.h"
@@ -70,10 +71,7 @@ Status encode_token_map(const uint16_t* a, int64_t rows, int64_t k, int64_t a_ld
 }
 
 // FP4MOE_SM90_STATIC_SCHEDULE=1: the static stride instead of the work counter (sm90_scheduler.cuh).
-bool static_schedule_requested() {
-  const char* fixed = std::getenv("FP4MOE_SM90_STATIC_SCHEDULE");
-  return fixed && *fixed && std::string(fixed) != "0";
-}
+bool static_schedule_requested() { return env_switch("FP4MOE_SM90_STATIC_SCHEDULE", false); }
 
 // FP4MOE_SM90_SPLIT_K: unset or "auto" the automatic split reduction, "off" / "0" / "1" none, N > 1 up
 // to N parts wherever the stages allow (LaunchParams::split_mode). Anything else is refused by init().
