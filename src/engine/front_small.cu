@@ -3,9 +3,10 @@
 // (route_fast_kernel, permute_small_kernel, gather_rows_kernel) are each one short, latency-bound launch
 // (at GLM-5 T = 1 on the H200, under ncu, 6.0 + 3.8 + 3.4 us; docs/perf.md "Timeline of a T=1 forward").
 // In the replayed forward the fused launch measured about 1 us faster on the TP8 shard at T = 1 and 2
-// and within the noise (1 us either way over three calls) at GLM-5 T = 1, where the shared expert's side
-// stream, not the front, bounds the start (docs/perf.md, sm90 step 28); with up to 256 pairs it was
-// slower at T = 32 (each block routes every token and ranks every pair), hence the limit.
+// and at GLM-5 T = 1 with the two-CTA tile, but 1.3 us slower at GLM-5 T = 1 with the four-consumer tile
+// (two calls), and the same at T = 8: the front is not what bounds the decode forward (docs/perf.md, sm90
+// step 28). With up to 256 pairs it was slower at T = 32 (each block routes every token and ranks every
+// pair), hence the limit.
 //
 // front_small_kernel: every block of the grid (256 threads) first does the whole routing and permutation
 // itself, in shared memory: one warp per token runs the register routing (route_fast.cuh) into s_id /
