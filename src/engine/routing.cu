@@ -49,7 +49,6 @@ __device__ __forceinline__ void warp_argmax(float& v, int& i) {
   }
 }
 
-
 // Picks the `count` best entries of score[0, n) (ties: lower index), setting each to -inf once taken;
 // calls take(rank, index) on every lane for each pick.
 template <typename Take>
@@ -213,7 +212,6 @@ __global__ void __launch_bounds__(256)
 size_t route_smem_bytes(const RouteParams& rp) {
   return sizeof(float) * kRouteWarps * static_cast<size_t>(2 * rp.experts + rp.n_group + rp.topk);
 }
-
 
 }  // namespace
 
