@@ -1,7 +1,8 @@
 // The GLM-5 layer (H=6144, I=2048, E=256, top-8, sigmoid + bias, shared expert) generated on the device,
 // against the CPU reference on the same synthetic weights at T = 1, 7, 64 and 513 (the reference runs on
 // 64 random tokens when T > 64), plus CUDA-graph replays equal to the eager forward bit for bit. Run twice:
-// with the engine's own tactic choice and with the portable family alone.
+// with the engine's own tactic choice and with the portable family alone; the TP8 shard (I / 8) once,
+// with the engine's choice.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,13 +41,13 @@ void check_engine(MoeEngine& engine, const MoeLayerWeights& ref, const std::vect
   }
 }
 
-TEST(Glm5, LayerAgainstReference) {
-  const MoeConfig cfg = glm5_config();
-  const SyntheticSpec spec{0x5eed};
+// T = 1, 7, 64 and 513 tokens, each with the subset of tokens the reference runs on; `which` marks the
+// experts those subsets route to (only their weights are generated for the reference).
+std::vector<Case> glm5_cases(const MoeConfig& cfg, const SyntheticSpec& spec, std::vector<bool>* which) {
   const int64_t H = cfg.hidden, E = cfg.num_experts;
   std::vector<Case> cases;
   const std::vector<float> bias = synthetic_correction_bias(cfg, spec);
-  std::vector<bool> which(static_cast<size_t>(E), false);
+  which->assign(static_cast<size_t>(E), false);
   for (int64_t T : {1, 7, 64, 513}) {
     Case c{T, random_bf16(static_cast<size_t>(T * H), 100 + T), random_f32(static_cast<size_t>(T * E), 200 + T), {}};
     for (int64_t t = 0; t < T; ++t) c.subset.push_back(t);
@@ -60,9 +61,17 @@ TEST(Glm5, LayerAgainstReference) {
     for (int64_t t : c.subset) ls.insert(ls.end(), c.logits.begin() + t * E, c.logits.begin() + (t + 1) * E);
     const RoutingResult r = route(ls.data(), cfg.has_correction_bias ? bias.data() : nullptr,
                                   static_cast<int64_t>(c.subset.size()), cfg);
-    for (int32_t e : r.ids) which[static_cast<size_t>(e)] = true;
+    for (int32_t e : r.ids) (*which)[static_cast<size_t>(e)] = true;
     cases.push_back(std::move(c));
   }
+  return cases;
+}
+
+TEST(Glm5, LayerAgainstReference) {
+  const MoeConfig cfg = glm5_config();
+  const SyntheticSpec spec{0x5eed};
+  std::vector<bool> which;
+  const std::vector<Case> cases = glm5_cases(cfg, spec, &which);
   const MoeLayerWeights ref = synthetic_layer(cfg, spec, which);  // only the experts the subsets use
   // The engine's own choice (a specialised family when one passes), then the portable family alone.
   for (const bool portable_only : {false, true}) {
@@ -76,6 +85,26 @@ TEST(Glm5, LayerAgainstReference) {
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     check_engine(*engine, ref, cases, portable_only ? "portable" : "heuristic");
   }
+}
+
+// The TP8 shard (I / 8 = 256 per expert, the shared expert likewise), with the engine's own choice: its
+// FC2 (K = 256) has one-stage work items by the thousand at T = 7 and 64 (on the sm90 family, chained to
+// FC1 at T <= 32).
+TEST(Glm5, Tp8ShardAgainstReference) {
+  MoeConfig cfg = glm5_config();
+  cfg.inter /= 8;
+  cfg.shared_inter /= 8;
+  cfg.name += "-tp8";
+  const SyntheticSpec spec{0x5eed};
+  std::vector<bool> which;
+  const std::vector<Case> cases = glm5_cases(cfg, spec, &which);
+  const MoeLayerWeights ref = synthetic_layer(cfg, spec, which);
+  EngineOptions eo;
+  eo.max_tokens = 513;
+  std::unique_ptr<MoeEngine> engine;
+  const Status st = MoeEngine::create_synthetic(cfg, spec, eo, &engine);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  check_engine(*engine, ref, cases, "tp8");
 }
 
 }  // namespace

@@ -174,6 +174,11 @@ std::vector<Case> cases() {
       // Decode-like: many experts, most with 0 or 1 row.
       {GemmOp::kFc2, 512, 512, {1, 0, 0, 2, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3}, 0, false, 0, 15},
       {GemmOp::kFc1SwiGlu, 96, 512, {1, 0, 0, 2, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3}, 0, true, 0, 16},
+      // 45 experts (not a multiple of 32: the item decode's two-level search over blocks of two), the
+      // last one with rows, so every block of the search is crossed.
+      {GemmOp::kFc2, 256, 256, {0, 2, 0, 0, 1, 0, 0, 0, 9, 0, 0, 1, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 1,
+                                 0, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 4},
+       0, false, 0, 17},
   };
 }
 

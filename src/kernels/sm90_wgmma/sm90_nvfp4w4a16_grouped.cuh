@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_offsets + kMaxExperts + 1;
   int32_t* s_items = s_rows + Cfg::kBN;
-  int32_t* s_flag = s_items + kItemRing;
+  int32_t* s_flag = s_items + kItemRing * kItemInts;
   using Space = ItemSpace<Cfg, kMode, LaunchParams>;
   static_assert(sizeof(Space) <= sizeof(int32_t) * kItemSpaceInts, "tile_config.h reserves too little for ItemSpace");
   Space* s_space = reinterpret_cast<Space*>(s_flag + Cfg::kConsumers);
@@ -214,19 +214,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   uint32_t phase = 0;
   float acc[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2];
   for (int j = 0;; ++j) {
-    // The producer wrote item j into the ring before filling its first stage (or -1: no more work).
+    // The producer wrote item j, decoded, into the ring before filling its first stage (or -1: no more work).
     mbar_wait(&full[stage], phase);
-    int w = s_items[j % kItemRing];
-    if (w < 0) break;
+    const RingItem ri = get_ring_item(s_items + (j % kItemRing) * kItemInts);
+    if (ri.w < 0) break;
     if (consumer == 0 && tid == 0) {
-      FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 0, w);
+      FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 0, ri.w);
       FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 3, FP4MOE_TRACE_NOW());
     }
-    int part = 0;
-    const int o = space.split(w);
-    const int unit = space.part(o, w, part);
+    const int o = ri.op, part = ri.part, unit = ri.unit;
     const Params& q = p.op[o];
-    const WorkItem it = find_work_item(s_prefix, s_offsets, num_experts, Cfg::kBN, space.mtiles(o), unit);
+    const WorkItem& it = ri.it;
     const int cta_tile0 = it.mtile * Cfg::kM64PerCta;
     const int first_tile = consumer * Cfg::kM64PerConsumer;  // within the CTA tile
     const int ntiles_valid = min(Cfg::kM64PerConsumer, q.tiles64 - cta_tile0 - first_tile);

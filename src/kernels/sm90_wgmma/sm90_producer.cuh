@@ -76,7 +76,7 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
       // goes home, and one empty stage carries the sentinel to the consumers.
       (void)fetched_work_item(p.counters, fetched, w);
       if (lane == 0) {
-        s_items[j % kItemRing] = -1;
+        s_items[(j % kItemRing) * kItemInts] = -1;
         mbar_arrive(&item_bar[j % kItemRing]);
       }
       mbar_wait(&empty[stage], phase ^ 1u);
@@ -86,10 +86,6 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
       if (kMode != LaunchMode::kChain && lane == 0) finish_work_items(p.counters, 0);
       break;
     }
-    if (lane == 0) {
-      s_items[j % kItemRing] = w;
-      mbar_arrive(&item_bar[j % kItemRing]);
-    }
     int wl = w, part = 0;
     const int o = space.split(wl);
     const int unit = space.part(o, wl, part);
@@ -97,6 +93,10 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
     // kchunks is a multiple of the stage (kPackKAlign); a split item covers 1/S of the stages.
     const int nstages = q.kchunks / Cfg::kChunksPerStage / space.parts(o);
     const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), unit);
+    if (lane == 0) {  // the decoded item for warp 1 and the consumers (the arrives below release it)
+      put_ring_item(s_items + (j % kItemRing) * kItemInts, RingItem{w, o, part, unit, it});
+      mbar_arrive(&item_bar[j % kItemRing]);
+    }
     const int tile0 = it.mtile * Cfg::kM64PerCta;
     const int ntiles = min(Cfg::kM64PerCta, q.tiles64 - tile0);
     const uint8_t* wsrc = q.weights + (static_cast<int64_t>(it.expert) * q.tiles64 + tile0) * q.kchunks * kPackBlockBytes +
@@ -130,7 +130,6 @@ template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
                                    uint64_t* item_bar, int32_t* s_prefix,
                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
-  const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_prefix + 2 * (kMaxExperts + 1);
   const int32_t* s_items = s_rows + Cfg::kBN;
   // A chained FC2 item's token tile is ready when both consumer warpgroups of each FC1 m-tile signalled it.
@@ -153,15 +152,13 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
   uint32_t phase = 0;
   for (int j = 0;; ++j) {
     mbar_wait(&item_bar[j % kItemRing], static_cast<uint32_t>(j / kItemRing) & 1u);
-    int w = s_items[j % kItemRing];
-    if (w < 0) break;
-    int part = 0;
-    const int o = space.split(w);
-    const int unit = space.part(o, w, part);
+    const RingItem ri = get_ring_item(s_items + (j % kItemRing) * kItemInts);
+    if (ri.w < 0) break;
+    const int o = ri.op;
+    const WorkItem& it = ri.it;
     const auto& q = p.op[o];
     const int nstages = q.kchunks / Cfg::kChunksPerStage / space.parts(o);
-    const int stage0 = part * nstages;  // a split item's first stage of the tile's K range
-    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), unit);
+    const int stage0 = ri.part * nstages;  // a split item's first stage of the tile's K range
     // Source row of each token of the tile (-1 past the expert's rows), read once per item.
     __syncwarp();
     for (int r = lane; r < Cfg::kBN; r += 32) {

@@ -14,7 +14,7 @@
 // sm90_producer.cuh), so a CTA that starts late because its SM is busy (the shared expert on the side
 // stream, another stream's kernel) takes fewer items instead of delaying the whole grid, as a static b,
 // b + gridDim.x, ... stride did (docs/perf.md, sm90 step 16). Within an op, unit w belongs to the
-// expert e with prefix[e] <= w / mtiles < prefix[e+1] (binary search), local = w - prefix[e] * mtiles,
+// expert e with prefix[e] <= w / mtiles < prefix[e+1] (find_work_item), local = w - prefix[e] * mtiles,
 // mt = local / tiles_e, tt = local % tiles_e: consecutive items are the token tiles of one m-tile, so
 // CTAs running at the same time read the same weight rows (one HBM read, the rest from L2).
 //
@@ -74,6 +74,43 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
     s_offsets[num_experts] = offsets[num_experts];
   }
 }
+
+// A slot of the item ring in shared memory: the weight producer decodes each item it takes (op, K part,
+// unit, find_work_item's tile) once and writes it here; the token producer and the consumers read the
+// fields instead of decoding the item again (each decode is a few dependent shared-memory loads, which
+// queue behind the consumers' wgmma reads; docs/perf.md, sm90 step 29). w < 0 ends the loop.
+struct RingItem {
+  int w;      // launch-wide item index, or -1
+  int op;     // 0, or 1 for a chained launch's FC2
+  int part;   // K part of a split item (0 otherwise)
+  int unit;   // the op's tile: token tile x m-tile (the split workspace's index)
+  WorkItem it;
+};
+__device__ __forceinline__ void put_ring_item(int32_t* slot, const RingItem& r) {
+  slot[0] = r.w;
+  slot[1] = r.op;
+  slot[2] = r.part;
+  slot[3] = r.unit;
+  slot[4] = r.it.expert;
+  slot[5] = r.it.tile;
+  slot[6] = r.it.mtile;
+  slot[7] = r.it.row_begin;
+  slot[8] = r.it.row_end;
+}
+__device__ __forceinline__ RingItem get_ring_item(const int32_t* slot) {
+  RingItem r;
+  r.w = slot[0];
+  r.op = slot[1];
+  r.part = slot[2];
+  r.unit = slot[3];
+  r.it.expert = slot[4];
+  r.it.tile = slot[5];
+  r.it.mtile = slot[6];
+  r.it.row_begin = slot[7];
+  r.it.row_end = slot[8];
+  return r;
+}
+static_assert(sizeof(RingItem) == kItemInts * sizeof(int32_t), "tile_config.h sizes the ring slots");
 
 // Items 0 .. gridDim.x - 1 go to the CTAs of the same index; later items are handed out by the counter.
 // fetch_work_item issues the atomic on the weight producer's lane 0 (its result is needed only later);
@@ -174,17 +211,26 @@ struct ItemSpace {
   __device__ int split_base(int o) const { return o ? split_base1 : 0; }
 };
 
-// Unit w (0-based within its op) of an op with `mtiles` m-tiles.
+// Unit w (0-based within its op) of an op with `mtiles` m-tiles. Called by whole warps (every lane
+// with the same w). The expert is found by a two-level search across the warp's lanes, two dependent
+// shared-memory loads instead of a binary search's log2(E) (eight for 256 experts): under the
+// consumers' wgmma traffic each such load takes hundreds of cycles, and an item of one k256 stage
+// (the TP8 shard's FC2, K = 256) decoded in every role paid them on each item (docs/perf.md, sm90 step 29).
 __device__ __forceinline__ WorkItem find_work_item(const int32_t* s_prefix, const int32_t* s_offsets,
                                                    int num_experts, int bn, int mtiles, int w) {
-  // Largest e with prefix[e] <= w / mtiles; experts without rows occupy no range, so
-  // prefix[e+1] > w / mtiles.
+  // Largest e < E with prefix[e] <= w / mtiles (prefix is non-decreasing, prefix[0] = 0 and prefix[E] >
+  // w / mtiles); experts without rows occupy no range, so prefix[e+1] > w / mtiles. Level one: lane l
+  // tests expert l * S (S = ceil(E / 32) <= 16); the highest passing lane names the block of S experts
+  // that holds e. Level two: lane l tests expert block + l.
   const int t = w / mtiles;
-  int lo = 0, hi = num_experts;  // invariant: prefix[lo] <= t < prefix[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (s_prefix[mid] <= t) lo = mid; else hi = mid;
-  }
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int stride = (num_experts + 31) >> 5;
+  const int e1 = lane * stride;
+  const unsigned b1 = __ballot_sync(0xffffffffu, e1 < num_experts && s_prefix[e1] <= t);
+  const int base = (31 - __clz(b1)) * stride;
+  const int e2 = base + lane;
+  const unsigned b2 = __ballot_sync(0xffffffffu, lane < stride && e2 < num_experts && s_prefix[e2] <= t);
+  const int lo = base + (31 - __clz(b2));
   WorkItem it;
   it.expert = lo;
   const int row0 = s_offsets[lo], rows = s_offsets[lo + 1] - row0;

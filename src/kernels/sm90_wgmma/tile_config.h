@@ -17,7 +17,8 @@
 //   then kStages full barriers, kStages empty barriers, kItemRing item barriers (8 bytes each),
 //   then the work-list table: item prefix [kMaxExperts + 1] and expert offsets [kMaxExperts + 1] (int32),
 //   then the producer's source-row table of the current item [BN] (int32),
-//   then the item ring [kItemRing] (int32): the work items the producer fetched, in order, for the consumers,
+//   then the item ring [kItemRing][kItemInts] (int32): the work items the producer fetched and decoded,
+//   in order, for the token producer and the consumers,
 //   then one flag per consumer warpgroup (int32): "this split finished its tile" (split reduction),
 //   then the launch's item space (sm90_scheduler.cuh, ItemSpace: kItemSpaceInts int32).
 #pragma once
@@ -31,6 +32,7 @@ namespace sm90 {
 constexpr int kMaxExperts = 512;            // the work-list table lives in shared memory
 constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
 constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
+constexpr int kItemInts = 9;                // int32 per item ring slot: the decoded item (sm90_scheduler.cuh, RingItem)
 
 // Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
 // of two up to kMaxSplit; the splits of one launch are at most kMaxSplitItems items, whose fp32 partial
@@ -82,7 +84,7 @@ struct TileConfig {
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
   static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing) * 8;
-  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing + CONS + kItemSpaceInts) * 4;
+  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + CONS + kItemSpaceInts) * 4;
   static constexpr bool kSplitCapable = split_capable(BN);
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
