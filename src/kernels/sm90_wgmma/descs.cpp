@@ -11,7 +11,7 @@ namespace fp4moe {
 namespace {
 
 template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
-TacticDesc sm90_desc(int regs) {
+TacticDesc sm90_desc() {
   using Cfg = sm90::TileConfig<BM, BN, BK, STAGES, CTAS, CONS>;
   static_assert(sizeof(Cfg) > 0, "");
   TacticDesc d;
@@ -30,7 +30,7 @@ TacticDesc sm90_desc(int regs) {
   d.req.exact_cc = 90;
   d.req.needs_arch_specific = true;  // wgmma, setmaxnreg
   d.req.smem_bytes = Cfg::kSmemBytes;
-  d.req.regs_per_thread = regs;
+  d.req.regs_per_thread = Cfg::Regs::kLaunch;
   d.req.threads = Cfg::kThreads;
   d.req.cluster = 1;
   d.req.k_align = 16;   // K is zero-padded to 64 in the packed layout; tokens are zero-filled past K
@@ -43,8 +43,7 @@ TacticDesc sm90_desc(int regs) {
 }  // namespace
 
 void append_sm90_tactic_descs(std::vector<TacticDesc>& out) {
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, REGS) \
-  out.push_back(sm90_desc<BM, BN, BK, STAGES, CTAS, CONS>(REGS));
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS) out.push_back(sm90_desc<BM, BN, BK, STAGES, CTAS, CONS>());
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
 }

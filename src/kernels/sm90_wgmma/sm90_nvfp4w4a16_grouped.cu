@@ -305,7 +305,7 @@ bool resources_if_named(const std::string& name, cudaFuncAttributes* out, Status
 
 Status kernel_resources(const std::string& tactic_name, cudaFuncAttributes* out) {
   Status st(StatusCode::kNotFound, fmt::format("no sm90 tactic named '{}'", tactic_name));
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, REGS) \
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS) \
   if (resources_if_named<BM, BN, BK, STAGES, CTAS, CONS>(tactic_name, out, &st)) return st;
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
@@ -328,7 +328,7 @@ void append_sm90_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out) {
   std::vector<TacticDesc> descs;
   append_sm90_tactic_descs(descs);
   size_t i = 0;
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, REGS) \
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS) \
   out.push_back(std::make_unique<sm90::Sm90Tactic<BM, BN, BK, STAGES, CTAS, CONS>>(descs.at(i++)));
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
