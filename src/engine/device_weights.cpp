@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
 #include "engine/weight_layout.h"
 #include "fp4moe/synthetic_values.h"

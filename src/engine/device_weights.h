@@ -4,7 +4,7 @@
 #pragma once
 #include <map>
 
-#include "engine/device_buffer.h"
+#include "fp4moe/device_buffer.h"
 #include "engine/expert_shard.h"
 #include "fp4moe/tactic.h"
 #include "fp4moe/weights.h"

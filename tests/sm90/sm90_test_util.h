@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "fp4moe/device_buffer.h"
 #include "fp4moe/dtype.h"
 #include "fp4moe/nvfp4.h"
 #include "fp4moe/tactic.h"
@@ -26,20 +27,12 @@
 namespace fp4moe {
 namespace sm90test {
 
-class DeviceBuffer {
+// The project's device buffer (fp4moe/device_buffer.h) under the shorthand the sm90 test and
+// microbenchmark use: sized at construction, size() for bytes().
+class DeviceBuffer : public ::fp4moe::DeviceBuffer {
  public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { SM90_CUDA_OK(cudaMalloc(&ptr_, bytes > 0 ? bytes : 16)); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return ptr_; }
-  size_t size() const { return bytes_; }
-  void upload(const void* src, size_t bytes) { SM90_CUDA_OK(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice)); }
-  void download(void* dst, size_t bytes) const { SM90_CUDA_OK(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost)); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
+  explicit DeviceBuffer(size_t bytes) : ::fp4moe::DeviceBuffer(bytes, "an sm90 test buffer") {}
+  size_t size() const { return bytes(); }
 };
 
 // The reference reads the canonical bytes with its own accessors (not sm90::CanonicalView, which the

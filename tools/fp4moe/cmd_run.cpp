@@ -192,13 +192,13 @@ Outputs run_cuda(const Layer& layer, const Inputs& in, const RunOptions& o) {
 
   const int64_t T = in.tokens, H = cfg.hidden, K = cfg.topk;
   GpuStream stream;
-  DeviceBuffer x(static_cast<size_t>(T * H) * sizeof(uint16_t));
-  DeviceBuffer out(static_cast<size_t>(T * H) * sizeof(uint16_t));
+  DeviceBuffer x(static_cast<size_t>(T * H) * sizeof(uint16_t), "the input tokens");
+  DeviceBuffer out(static_cast<size_t>(T * H) * sizeof(uint16_t), "the output");
   DeviceBuffer logits;
   x.upload(in.x.data(), x.bytes());
   out.fill(0xD5);
   if (!in.logits.empty()) {
-    logits = DeviceBuffer(in.logits.size() * sizeof(float));
+    logits = DeviceBuffer(in.logits.size() * sizeof(float), "the router logits");
     logits.upload(in.logits.data(), logits.bytes());
   }
   ForwardOutputs fo;

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <utility>
 
 #include "fp4moe/status.h"
 
@@ -26,40 +25,6 @@ void gpu_set_device(int device) { CLI_CUDA_CHECK(cudaSetDevice(device)); }
 void gpu_copy_to_host(void* host, const void* device, size_t bytes) {
   if (bytes == 0) return;
   CLI_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
-}
-
-DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) CLI_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
-}
-
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != nullptr) cudaFree(ptr_);  // errors on free cannot be reported from a destructor
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-    ptr_ = std::exchange(other.ptr_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-void DeviceBuffer::upload(const void* host, size_t bytes) {
-  FP4MOE_CHECK(bytes <= bytes_, StatusCode::kInternal, "upload of {} bytes into a {}-byte buffer", bytes, bytes_);
-  if (bytes > 0) CLI_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
-}
-
-void DeviceBuffer::download(void* host, size_t bytes) const {
-  FP4MOE_CHECK(bytes <= bytes_, StatusCode::kInternal, "download of {} bytes from a {}-byte buffer", bytes, bytes_);
-  gpu_copy_to_host(host, ptr_, bytes);
-}
-
-void DeviceBuffer::fill(uint8_t value) {
-  if (bytes_ > 0) CLI_CUDA_CHECK(cudaMemset(ptr_, value, bytes_));
 }
 
 GpuStream::GpuStream() {
@@ -110,18 +75,6 @@ namespace {
 
 void gpu_set_device(int) { no_cuda(); }
 void gpu_copy_to_host(void*, const void*, size_t) { no_cuda(); }
-DeviceBuffer::DeviceBuffer(size_t) { no_cuda(); }
-DeviceBuffer::~DeviceBuffer() = default;
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  ptr_ = std::exchange(other.ptr_, nullptr);
-  bytes_ = std::exchange(other.bytes_, 0);
-  return *this;
-}
-void DeviceBuffer::upload(const void*, size_t) { no_cuda(); }
-void DeviceBuffer::download(void*, size_t) const { no_cuda(); }
-void DeviceBuffer::fill(uint8_t) { no_cuda(); }
 GpuStream::GpuStream() { no_cuda(); }
 GpuStream::~GpuStream() = default;
 void GpuStream::synchronize() const { no_cuda(); }

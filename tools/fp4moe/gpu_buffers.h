@@ -1,11 +1,13 @@
-// The few CUDA runtime calls the CLI needs around MoeEngine::forward (device buffers, a stream, event
-// timing), behind a plain C++ interface so that the commands compile without CUDA headers. Every call
+// The few CUDA runtime calls the CLI needs around MoeEngine::forward (a stream, event timing; device
+// buffers are fp4moe::DeviceBuffer), behind a plain C++ interface so that the commands compile without
+// CUDA headers. Every call
 // is checked: a failure throws fp4moe::Error(kCudaError) naming the call. In builds without CUDA every
 // constructor throws Error(kUnsupported).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "fp4moe/device_buffer.h"
 #include "fp4moe/tactic.h"  // fp4moe::Stream
 
 namespace fp4moe::cli {
@@ -15,30 +17,6 @@ void gpu_set_device(int device);
 
 // Copies `bytes` from device memory to host memory (synchronous).
 void gpu_copy_to_host(void* host, const void* device, size_t bytes);
-
-// One device allocation (cudaMalloc), freed on destruction. Move-only.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-  void upload(const void* host, size_t bytes);    // host -> device, bytes <= this->bytes()
-  void download(void* host, size_t bytes) const;  // device -> host
-  void fill(uint8_t value);                       // every byte (e.g. 0xD5 poison)
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 // A blocking stream (cudaStreamCreate), destroyed on destruction.
 class GpuStream {
