@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "fp4moe/status.h"
 
 #ifdef FP4MOE_HAVE_CUDA
