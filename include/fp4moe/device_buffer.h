@@ -32,6 +32,8 @@ class DeviceBuffer {
   void fill(uint8_t value);                       // every byte (e.g. 0xD5 poison)
 
  private:
+  void copy(void* dst, const void* src, size_t bytes, bool to_device) const;  // cudaMemcpy, checked
+  void release() noexcept;                                                     // cudaFree, if allocated
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   std::string what_;

@@ -48,10 +48,13 @@ DeviceBuffer::DeviceBuffer(size_t bytes, std::string what) : bytes_(bytes), what
 #endif
 }
 
-DeviceBuffer::~DeviceBuffer() {
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+void DeviceBuffer::release() noexcept {
 #ifdef FP4MOE_HAVE_CUDA
   if (ptr_ != nullptr) (void)cudaFree(ptr_);  // an error on free cannot be reported from a destructor
 #endif
+  ptr_ = nullptr;
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -59,9 +62,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-#ifdef FP4MOE_HAVE_CUDA
-    if (ptr_ != nullptr) (void)cudaFree(ptr_);
-#endif
+    release();
     ptr_ = std::exchange(other.ptr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     what_ = std::move(other.what_);
@@ -72,23 +73,23 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 void DeviceBuffer::upload(const void* host, size_t bytes) {
   FP4MOE_CHECK(bytes <= bytes_, StatusCode::kInternal, "upload of {} bytes into the {}-byte buffer for {}", bytes,
                bytes_, what_);
-  if (bytes == 0) return;
-#ifdef FP4MOE_HAVE_CUDA
-  FP4MOE_BUFFER_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), bytes);
-#else
-  (void)host;
-  no_cuda(what_);
-#endif
+  copy(ptr_, host, bytes, true);
 }
 
 void DeviceBuffer::download(void* host, size_t bytes) const {
   FP4MOE_CHECK(bytes <= bytes_, StatusCode::kInternal, "download of {} bytes from the {}-byte buffer for {}", bytes,
                bytes_, what_);
+  copy(host, ptr_, bytes, false);
+}
+
+void DeviceBuffer::copy(void* dst, const void* src, size_t bytes, bool to_device) const {
   if (bytes == 0) return;
 #ifdef FP4MOE_HAVE_CUDA
-  FP4MOE_BUFFER_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost), bytes);
+  FP4MOE_BUFFER_CHECK(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost), bytes);
 #else
-  (void)host;
+  (void)dst;
+  (void)src;
+  (void)to_device;
   no_cuda(what_);
 #endif
 }
