@@ -1,8 +1,8 @@
 // Finalize: the top-k weighted combine of the FC2 rows (+ the shared expert) into bf16 `out` (R5).
 //
 // Grid (T, ceil(H / 8 / 256)); each thread owns 8 consecutive hidden columns of one token and reads
-// them with 16-byte loads from each of the token's topk grouped rows (pair_pos; for topk <= 16 all loads
-// are issued before the first add), accumulating in fp32 in rank order, then adds the shared expert's
+// them with 16-byte loads from each of the token's topk grouped rows (pair_pos; for topk <= 16 all loads,
+// the shared expert's row included, are issued before the first add), accumulating in fp32 in rank order, then adds the shared expert's
 // row. Multiplies and adds are separately rounded (__fmul_rn / __fadd_rn), the reference's exact
 // operation order, so the combine adds no error of its own.
 // Expert-parallel partials (kept_rows non-null): a pair whose grouped row is >= *kept_rows went to
@@ -54,6 +54,9 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, f[i]));
   };
   const int64_t pair0 = static_cast<int64_t>(t) * topk;
+  const uint4* shared_row = y_shared ? reinterpret_cast<const uint4*>(y_shared + static_cast<int64_t>(t) * hidden + c8 * 8)
+                                     : nullptr;
+  uint4 vs = make_uint4(0u, 0u, 0u, 0u);  // the shared expert's row (kBatch > 0: loaded with the routed rows)
   if constexpr (kBatch > 0) {
     int row[kBatch];
     float w[kBatch];
@@ -63,6 +66,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       row[k] = k < topk ? pair_pos[pair0 + k] : INT_MAX;
       w[k] = k < topk ? weights[pair0 + k] : 0.f;
     }
+    if (shared_row) vs = *shared_row;
 #pragma unroll
     for (int k = 0; k < kBatch; ++k)
       if (row[k] < kept) v[k] = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(row[k]) * hidden + c8 * 8);
@@ -76,10 +80,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       add_row(*reinterpret_cast<const uint4*>(y + static_cast<int64_t>(row) * hidden + c8 * 8), weights[pair0 + k]);
     }
   }
-  if (y_shared) {
-    const uint4 v = *reinterpret_cast<const uint4*>(y_shared + static_cast<int64_t>(t) * hidden + c8 * 8);
+  if (shared_row) {
+    if constexpr (kBatch == 0) vs = *shared_row;
     float f[8];
-    unpack8(v, f);
+    unpack8(vs, f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], f[i]);
   }
