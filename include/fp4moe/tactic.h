@@ -44,6 +44,11 @@ struct GroupedGemmArgs {
   int64_t a_ld = 0;                         // elements between rows of a (>= k)
   const void* weights = nullptr;            // device, in the layout of the tactic's family (see weight_layout)
   const float* tensor_scales = nullptr;     // device: FC1 [E, 2] (gate, up), FC2 [E]
+  // Or null: the last expert's (E-1) weights, in the same layout, and tensor scales (FC1 [2], FC2 [1]) from
+  // their own buffers, both or neither, so a separately stored expert (the engine's shared expert) runs
+  // in the same launch as the others. The sm90 family only; other families refuse it.
+  const void* last_expert_weights = nullptr;
+  const float* last_expert_scales = nullptr;
   uint16_t* out = nullptr;                  // device bf16 [total_rows, n]; rows past offsets[E] untouched
   void* workspace = nullptr;                // device, workspace_bytes(problem) bytes, zeroed before the
                                             // first run; every run leaves it zero again

@@ -42,12 +42,21 @@ struct BucketTactics {
   GroupedGemmTactic* shared_fc1 = nullptr;  // null when the shared expert is absent or bf16
   GroupedGemmTactic* shared_fc2 = nullptr;
   bool chain = false;  // the routed FC1 and FC2 in one launch (GroupedGemmTactic::run_chained)
+  bool fold = false;   // the shared expert as expert E of that launch, where the front end is fused (fold_shared)
 };
 
 GemmProblem sized(const GemmProblem& shape, int64_t rows, int64_t max_rows_per_expert) {
   GemmProblem p = shape;
   p.total_rows = rows;
   p.max_rows_per_expert = max_rows_per_expert;
+  return p;
+}
+
+// A routed GEMM with the shared expert (T rows) folded in as one more expert.
+GemmProblem folded(GemmProblem p, int64_t T) {
+  p.total_rows += T;
+  p.num_experts += 1;
+  p.max_rows_per_expert = std::max(p.max_rows_per_expert, T);
   return p;
 }
 
@@ -128,6 +137,16 @@ class CudaMoeEngine final : public MoeEngine {
     // the routed GEMMs need them (GLM-5 T = 32 forward 921 against 896 us). FP4MOE_CHAIN=0 keeps two
     // launches (the control).
     const bool chain_ok = env_switch("FP4MOE_CHAIN", true);
+    // The shared expert folded into the routed chained launch as one more expert holding every token
+    // (its weights from their own buffers, GroupedGemmArgs::last_expert_weights), instead of its own two
+    // launches on the side stream, whose CTAs took whole SMs from the persistent chain: the TP8 shard
+    // -8% / -4% / -5% at T = 1 / 2 / 8, GLM-5 -1.5% / -2% at T = 1 / 2 and the same at T = 8
+    // (docs/perf.md, sm90 step 30). Where its shapes equal the routed experts' (the same packed
+    // geometry), on the whole layer (an expert shard holds it on rank 0 only) and for the decode batches
+    // the fused front end takes (it appends the token rows). FP4MOE_FOLD_SHARED=0 is the control.
+    const bool fold_ok = env_switch("FP4MOE_FOLD_SHARED", true) && shared_nvfp4 && shard_.is_whole() &&
+                         w_.shared_fc1.shape.n == w_.fc1.shape.n && w_.shared_fc1.shape.k == w_.fc1.shape.k &&
+                         w_.shared_fc2.shape.n == w_.fc2.shape.n && w_.shared_fc2.shape.k == w_.fc2.shape.k;
     for (int64_t b : buckets_) {
       BucketTactics bt;
       const int64_t rows = b * cfg_.topk;
@@ -153,10 +172,17 @@ class CudaMoeEngine final : public MoeEngine {
         bt.shared_fc1 = choose(w_.shared_fc1, b, b, b, opts_.fc1_tactic, "");
         bt.shared_fc2 = choose(w_.shared_fc2, b, b, b, opts_.fc2_tactic, "");
       }
+      bt.fold = fold_ok && bt.chain && front_small_supported(cfg_, b, permute_experts()) &&
+                bt.fc1->check(folded(sized(w_.fc1.shape, rows, b), b), caps_).ok &&
+                bt.fc1->check(folded(sized(w_.fc2.shape, rows, b), b), caps_).ok;
+      if (bt.fold) {  // the shared expert's weights in the chained tactic's layout too
+        used.insert({bt.fc1, &w_.shared_fc1});
+        used.insert({bt.fc1, &w_.shared_fc2});
+      }
       tactics_.push_back(bt);
       if (env_switch("FP4MOE_PRINT_TACTICS", false))
         log::info("engine", "tokens<={}: fc1 {} fc2 {}{}{}", b, bt.fc1->desc().name, bt.fc2->desc().name,
-                  bt.chain ? " (chained)" : "",
+                  bt.chain ? (bt.fold ? " (chained, shared expert folded in)" : " (chained)") : "",
                   shared_nvfp4 ? fmt::format(" shared {} / {}", bt.shared_fc1->desc().name, bt.shared_fc2->desc().name)
                                : std::string());
     }
@@ -172,6 +198,13 @@ class CudaMoeEngine final : public MoeEngine {
       Status st = t->init(p);
       if (!st.is_ok()) throw Error(st.code(), fmt::format("init of tactic {} failed: {}", t->desc().name, st.message()));
       tactic_ws = std::max(tactic_ws, t->workspace_bytes(p));
+    }
+    int64_t fold_rows = 0;
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      if (!tactics_[i].fold) continue;
+      const int64_t b = buckets_[i];
+      fold_rows = std::max(fold_rows, b);
+      tactic_ws = std::max(tactic_ws, tactics_[i].fc1->workspace_bytes(folded(sized(w_.fc1.shape, b * cfg_.topk, b), b)));
     }
     // The canonical buffer is kept only when a chosen tactic reads it.
     for (DeviceGemmWeights* g : {&w_.fc1, &w_.fc2, &w_.shared_fc1, &w_.shared_fc2}) {
@@ -196,6 +229,7 @@ class CudaMoeEngine final : public MoeEngine {
     ws.hidden = cfg_.hidden;
     ws.inter = cfg_.inter;
     ws.shared_inter = w_.has_shared() ? w_.shared_fc1.shape.n : 0;
+    ws.fold_rows = fold_rows;
     ws.need_logits = static_cast<bool>(w_.router);
     ws.tactic_bytes = tactic_ws;
     // FP4MOE_SERIAL_STREAM=1 keeps the shared expert on the caller's stream (no side stream), e.g. for
@@ -247,6 +281,12 @@ class CudaMoeEngine final : public MoeEngine {
     if (current != opts_.device) FP4MOE_CUDA_RETURN(cudaSetDevice(opts_.device));
 
     const BucketTactics& bt = tactics_[bucket_index(T)];
+    if (bt.fold && fused_front(T)) {  // the shared expert runs as expert E of the routed launch, rows P..P+T
+      const Status st = routed(x, T, logits, bt, true, stream);
+      if (!st.is_ok()) return st;
+      return launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), ptrs_.y + T * K * H, T,
+                                     K, H, out, stream);
+    }
     Status st;
     const uint16_t* y_shared = nullptr;
     if (w_.has_shared() && serial_) {
@@ -262,7 +302,7 @@ class CudaMoeEngine final : public MoeEngine {
       FP4MOE_CUDA_RETURN(cudaEventRecord(join_, side_));
       y_shared = ptrs_.ys;
     }
-    st = routed(x, T, logits, bt, stream);
+    st = routed(x, T, logits, bt, false, stream);
     // Join the side stream even after an error, so a capture in progress stays well formed.
     if (y_shared) {
       const cudaError_t err = cudaStreamWaitEvent(stream, join_, 0);
@@ -276,14 +316,16 @@ class CudaMoeEngine final : public MoeEngine {
   // Serial variant: routed experts and finalize on `stream` after the shared expert.
   Status finish_forward(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt,
                         const uint16_t* y_shared, uint16_t* out, cudaStream_t stream) {
-    const Status st = routed(x, T, logits, bt, stream);
+    const Status st = routed(x, T, logits, bt, false, stream);
     if (!st.is_ok()) return st;
     return launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, cfg_.topk,
                                    cfg_.hidden, out, stream);
   }
 
-  // Routing, permutation and the routed experts' FC1 / FC2 on `stream`.
-  Status routed(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt, cudaStream_t stream) {
+  // Routing, permutation and the routed experts' FC1 / FC2 on `stream`; with `fold` (bt.fold and
+  // fused_front(T)) the shared expert too, as expert E holding grouped rows P .. P + T - 1.
+  Status routed(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt, bool fold,
+                cudaStream_t stream) {
     const int64_t K = cfg_.topk, E = cfg_.num_experts, H = cfg_.hidden, I = cfg_.inter;
     Status st;
     // Routing is global (all E experts) on every rank.
@@ -309,14 +351,15 @@ class CudaMoeEngine final : public MoeEngine {
     const bool copy_rows = H % 8 == 0 && fc1_gather_ == Fc1Gather::kCopy;
     GroupedGemmArgs a1;
     a1.problem = sized(w_.fc1.shape, T * K, T);
+    if (fold) a1.problem = folded(a1.problem, T);
     a1.expert_offsets = ptrs_.offsets;
     a1.a = x;
     a1.a_row_index = ptrs_.gather;
     a1.a_ld = H;
-    if (copy_rows && front_small_ && front_small_supported(cfg_, T, permute_experts())) {
+    if (fused_front(T)) {
       // Decode: routing, permutation and the copy in one launch (front_small.cu).
       st = launch_front_small(logits, w_.bias.as<float>(), T, cfg_, FrontShard{shard_.first, shard_.count}, x, H,
-                              ptrs_.topk_ids, ptrs_.topk_weights, pb, ptrs_.y, stream);
+                              ptrs_.topk_ids, ptrs_.topk_weights, pb, ptrs_.y, stream, fold);
       if (!st.is_ok()) return st;
       a1.a = ptrs_.y;
       a1.a_row_index = nullptr;
@@ -351,6 +394,14 @@ class CudaMoeEngine final : public MoeEngine {
     a2.tensor_scales = w_.fc2.tensor_scales.as<float>();
     a2.out = ptrs_.y;
     a2.workspace = ptrs_.tactic;
+    if (fold) {
+      a2.problem = folded(a2.problem, T);
+      a1.last_expert_weights = w_.shared_fc1.weights(bt.fc1->desc().layout);
+      a1.last_expert_scales = w_.shared_fc1.tensor_scales.as<float>();
+      a2.last_expert_weights = w_.shared_fc2.weights(bt.fc2->desc().layout);
+      a2.last_expert_scales = w_.shared_fc2.tensor_scales.as<float>();
+      return bt.fc1->run_chained(a1, a2, stream);
+    }
     if (bt.chain) return bt.fc1->run_chained(a1, a2, stream);
     if ((st = bt.fc1->run(a1, stream)), !st.is_ok()) return st;
     return bt.fc2->run(a2, stream);
@@ -404,6 +455,11 @@ class CudaMoeEngine final : public MoeEngine {
   }
 
  private:
+  // Whether routing, permutation and the row copy take the fused small-batch launch at T tokens.
+  bool fused_front(int64_t T) const {
+    return cfg_.hidden % 8 == 0 && fc1_gather_ == Fc1Gather::kCopy && front_small_ &&
+           front_small_supported(cfg_, T, permute_experts());
+  }
   // Experts the permutation groups into: E, or the local experts plus the dropped bucket.
   int64_t permute_experts() const { return shard_.is_whole() ? shard_.count : shard_.count + 1; }
   // Device int: the first grouped row of the dropped bucket (finalize skips rows from there), or null.

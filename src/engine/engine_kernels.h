@@ -55,6 +55,9 @@ Status launch_gather_rows(const uint16_t* x, int64_t ld, const int32_t* gather, 
 // weights [T, topk] (global expert ids), b.offsets [E + 1, or count + 2 for a shard], b.gather,
 // b.pair_pos and y [kept rows, H]; b.rank, b.chunk_base and b.shared_offsets are not touched. x rows are
 // ld bf16 apart, y rows H; H and ld multiples of 8, x and y 16-byte aligned, else kInvalidArgument.
+// append_tokens (the whole layer only): every token also as the rows of one more expert E, b.offsets
+// [E + 2] with offsets[E + 1] = P + T and y[P + t] = x[t] (the engine's shared expert folded into the
+// routed launch); b.gather covers the P routed rows only.
 struct FrontShard {
   int64_t first = 0, count = 0;  // the experts held: [first, first + count); all E = the whole layer
 };
@@ -62,7 +65,7 @@ struct FrontShard {
 bool front_small_supported(const MoeConfig& cfg, int64_t tokens, int64_t permute_experts);
 Status launch_front_small(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg,
                           const FrontShard& shard, const uint16_t* x, int64_t ld, int32_t* ids, float* weights,
-                          const PermuteBuffers& b, uint16_t* y, Stream stream);
+                          const PermuteBuffers& b, uint16_t* y, Stream stream, bool append_tokens = false);
 
 // --- finalize (finalize.cu) -------------------------------------------------------------------------
 // out[t] = bf16( sum_k w[t,k] * y[pair_pos[t*topk+k]] (+ y_shared[t]) ), fp32, k in order then shared (R5).

@@ -60,6 +60,7 @@ struct FrontParams {
   int64_t x_ld = 0;
   uint4* y = nullptr;             // grouped rows, vecs vectors apart
   int vecs = 0;                   // 16-byte vectors per row (H / 8)
+  int append = 0;                 // every token also as a row of one more expert (launch_front_small)
 };
 
 template <bool kSigmoid, int PMAX>
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kFrontThreads) front_small_kernel(const __grid
   __shared__ int32_t s_id[kFrontMaxPairs];     // global expert of pair i
   __shared__ float s_w[kFrontMaxPairs];        // its weight
   __shared__ int32_t s_loc[kFrontMaxPairs];    // its expert in the permutation
-  __shared__ int32_t s_src[kFrontMaxPairs];    // token of grouped row r
+  __shared__ int32_t s_src[2 * kFrontMaxPairs];  // token of grouped row r (and of the appended rows)
   __shared__ int32_t s_off[kFrontMaxExperts + 1];
   __shared__ int32_t s_warp[kFrontThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -126,11 +127,16 @@ __global__ void __launch_bounds__(kFrontThreads) front_small_kernel(const __grid
       p.weights[tid] = s_w[tid];
     }
   }
-  if (blockIdx.x == 0)
+  if (blockIdx.x == 0) {
     for (int e = tid; e <= E2; e += kFrontThreads) p.offsets[e] = s_off[e];
+    if (p.append && tid == 0) p.offsets[E2 + 1] = P + p.tokens;
+  }
+  if (p.append)
+    for (int t = tid; t < p.tokens; t += kFrontThreads) s_src[P + t] = t;
   __syncthreads();
-  // The gathered copy of the kept rows (with expert parallelism the dropped bucket's rows are not copied).
-  const int kept = p.local ? s_off[p.count] : P;
+  // The gathered copy of the kept rows (with expert parallelism the dropped bucket's rows are not copied)
+  // and of the appended ones.
+  const int kept = p.local ? s_off[p.count] : P + (p.append ? p.tokens : 0);
   const int total = kept * p.vecs, stride = gridDim.x * kFrontThreads;
   for (int i0 = blockIdx.x * kFrontThreads + tid; i0 < total; i0 += kCopyBatch * stride) {
     uint4 v[kCopyBatch];
@@ -161,9 +167,14 @@ bool front_small_supported(const MoeConfig& cfg, int64_t tokens, int64_t permute
 
 Status launch_front_small(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg,
                           const FrontShard& shard, const uint16_t* x, int64_t ld, int32_t* ids, float* weights,
-                          const PermuteBuffers& b, uint16_t* y, Stream stream) {
+                          const PermuteBuffers& b, uint16_t* y, Stream stream, bool append_tokens) {
   const int64_t E = cfg.num_experts, H = cfg.hidden;
   const bool local = !(shard.first == 0 && shard.count == E);
+  if (append_tokens && local)
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("front_small: the appended token rows (one more expert) need the whole layer, not the "
+                              "expert shard [{}, {})",
+                              shard.first, shard.first + shard.count));
   if (shard.first < 0 || shard.count < 1 || shard.first + shard.count > E)
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("front_small: expert shard [{}, {}) is not inside the {} experts", shard.first,
@@ -196,8 +207,9 @@ Status launch_front_small(const float* logits, const float* bias, int64_t tokens
   p.x_ld = ld / 8;
   p.y = reinterpret_cast<uint4*>(y);
   p.vecs = static_cast<int>(H / 8);
+  p.append = append_tokens ? 1 : 0;
   // Each thread copies kCopyBatch vectors (its loads in flight together): few blocks, each a short stay.
-  const int64_t vecs_total = tokens * cfg.topk * p.vecs;
+  const int64_t vecs_total = (tokens * cfg.topk + (append_tokens ? tokens : 0)) * p.vecs;
   const unsigned blocks = static_cast<unsigned>(
       std::max<int64_t>(1, (vecs_total + kFrontThreads * kCopyBatch - 1) / (kFrontThreads * kCopyBatch)));
   const bool sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped;

@@ -25,12 +25,13 @@ WorkspacePlan plan_workspace(const WorkspaceShape& s) {
   p.local_ids = take(p.has_local_ids ? 4 * P : 0);
   p.rank = take(4 * P);
   p.chunk_base = take(4 * static_cast<size_t>(permute_chunks(static_cast<int64_t>(P))) * Ep);
-  p.offsets = take(4 * (Ep + 1));
+  p.offsets = take(4 * (Ep + 2));  // one more: the folded shared expert's end (fold_rows)
   p.shared_offsets = take(4 * 2);
   p.gather = take(4 * P);
   p.pair_pos = take(4 * P);
-  p.h1 = take(2 * P * static_cast<size_t>(s.inter));
-  p.y = take(2 * P * static_cast<size_t>(s.hidden));
+  const size_t rows = P + static_cast<size_t>(s.fold_rows);
+  p.h1 = take(2 * rows * static_cast<size_t>(s.inter));
+  p.y = take(2 * rows * static_cast<size_t>(s.hidden));
   p.hs = take(p.has_shared ? 2 * T * static_cast<size_t>(s.shared_inter) : 0);
   p.ys = take(p.has_shared ? 2 * T * static_cast<size_t>(s.hidden) : 0);
   p.tactic = take(s.tactic_bytes);

@@ -3,8 +3,8 @@
 // groups into (E, or with expert parallelism the local experts + 1 dropped bucket):
 //   logits [T, E] f32 (only with a router weight) | topk_ids [P] i32 | topk_weights [P] f32 |
 //   local_ids [P] i32 (expert parallelism only) | rank [P] i32 |
-//   chunk_base [chunks(P)][Ep] i32 | offsets [Ep+1] i32 | shared_offsets [2] i32 | gather [P] i32 |
-//   pair_pos [P] i32 | h1 [P, I] bf16 | y [P, H] bf16 | hs [T, I_shared] bf16 | ys [T, H] bf16 |
+//   chunk_base [chunks(P)][Ep] i32 | offsets [Ep+2] i32 | shared_offsets [2] i32 | gather [P] i32 |
+//   pair_pos [P] i32 | h1 [P + F, I] bf16 | y [P + F, H] bf16 | hs [T, I_shared] bf16 | ys [T, H] bf16 |
 //   tactic scratch (routed GEMMs) | tactic scratch (shared expert, which runs concurrently on a side stream)
 #pragma once
 #include <cstddef>
@@ -16,6 +16,7 @@ struct WorkspaceShape {
   int64_t max_tokens = 0, experts = 0, topk = 0, hidden = 0, inter = 0;
   int64_t shared_inter = 0;   // 0: no shared expert
   int64_t permute_experts = 0;  // experts of the permutation (0: `experts`); EP: local experts + 1
+  int64_t fold_rows = 0;      // F: rows of the shared expert when it runs as expert Ep of the routed launch
   bool need_local_ids = false;  // expert parallelism: the global -> local id map [P]
   bool need_logits = false;   // a router weight is present
   size_t tactic_bytes = 0;    // the largest workspace any chosen tactic asks for

@@ -3,7 +3,8 @@
 // path where it applies) and launch_routing_generic against the CPU reference on fresh random logits,
 // and the permutation (the one-block kernel for small batches, the three-kernel path for large ones)
 // against a stable grouping computed here; and the fused small-batch front end (launch_front_small) against
-// those separate launches, byte for byte. Outputs are poisoned first.
+// those separate launches, byte for byte, also with the token rows appended as one more expert (the
+// engine's folded shared expert). Outputs are poisoned first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -176,8 +177,9 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
           Dev ids, w, off, gather, pos, y;
         };
         auto make = [&] {
-          Out o{Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(PE + 1) * 4),
-                Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P * H) * 2)};
+          // One more offset and T more rows: room for the appended token rows (append_tokens below).
+          Out o{Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(PE + 2) * 4),
+                Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>((P + T) * H) * 2)};
           for (const Dev* d : {&o.ids, &o.w, &o.off, &o.gather, &o.pos, &o.y}) d->poison();
           return o;
         };
@@ -226,13 +228,43 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
         const int64_t kept = whole ? P : off[static_cast<size_t>(shard.count)];
         const auto rows = static_cast<size_t>(kept * H);
         EXPECT_EQ(got.y.download<uint16_t>(rows), ref.y.download<uint16_t>(rows));
-        // The rows past the kept ones (another rank's experts) are left as they were.
-        if (kept < P) {
-          const std::vector<uint16_t> all = got.y.download<uint16_t>(static_cast<size_t>(P * H));
-          const uint16_t poison = static_cast<uint16_t>(kPoison | (kPoison << 8));
-          EXPECT_TRUE(std::all_of(all.begin() + static_cast<std::ptrdiff_t>(rows), all.end(),
-                                  [&](uint16_t v) { return v == poison; }));
+        // The rows past the kept ones (another rank's experts, and the room for appended rows) are left as
+        // they were, and so is the offset past PE.
+        const uint16_t poison = static_cast<uint16_t>(kPoison | (kPoison << 8));
+        const std::vector<uint16_t> all = got.y.download<uint16_t>(static_cast<size_t>((P + T) * H));
+        EXPECT_TRUE(std::all_of(all.begin() + static_cast<std::ptrdiff_t>(rows), all.end(),
+                                [&](uint16_t v) { return v == poison; }));
+        EXPECT_EQ(static_cast<uint32_t>(got.off.download<int32_t>(static_cast<size_t>(PE + 2))[PE + 1]),
+                  kPoison * 0x01010101u);
+        // append_tokens (the engine's folded shared expert): the same bytes, then offsets[PE + 1] = P + T
+        // and y[P + t] = x[t]; refused for an expert shard.
+        Out app = make();
+        engine::PermuteBuffers ab;
+        buffers(app, &ab);
+        const Status sa = engine::launch_front_small(logits.as<float>(), bp, T, cfg, shard, x.as<uint16_t>(), ld,
+                                                     app.ids.as<int32_t>(), app.w.as<float>(), ab, app.y.as<uint16_t>(),
+                                                     nullptr, true);
+        if (!whole) {
+          EXPECT_EQ(sa.code(), StatusCode::kInvalidArgument) << sa.to_string();
+          EXPECT_NE(sa.message().find("whole layer"), std::string::npos) << sa.message();
+          ++checked;
+          continue;
         }
+        ASSERT_TRUE(sa.is_ok()) << sa.to_string();
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(app.ids.download<int32_t>(n), ref.ids.download<int32_t>(n));
+        EXPECT_EQ(app.w.download<uint32_t>(n), ref.w.download<uint32_t>(n));
+        std::vector<int32_t> off2 = off;
+        off2.push_back(static_cast<int32_t>(P + T));
+        EXPECT_EQ(app.off.download<int32_t>(static_cast<size_t>(PE + 2)), off2);
+        EXPECT_EQ(app.gather.download<int32_t>(n), ref.gather.download<int32_t>(n));
+        EXPECT_EQ(app.pos.download<int32_t>(n), ref.pos.download<int32_t>(n));
+        const std::vector<uint16_t> ya = app.y.download<uint16_t>(static_cast<size_t>((P + T) * H));
+        const std::vector<uint16_t> xs = x.download<uint16_t>(static_cast<size_t>(T * ld));
+        EXPECT_TRUE(std::equal(ya.begin(), ya.begin() + static_cast<std::ptrdiff_t>(rows), all.begin()));
+        for (int64_t t = 0; t < T; ++t)
+          EXPECT_TRUE(std::equal(ya.begin() + (P + t) * H, ya.begin() + (P + t + 1) * H, xs.begin() + t * ld))
+              << "appended row " << t;
         ++checked;
       }
     }

@@ -6,7 +6,8 @@
 // reference.h (R3, R4), so only kernel error is measured: relative L2 <= 5e-3. Also: the device pack
 // equals the CPU description byte for byte, and shapes a tactic cannot do are refused by check(). The
 // chained FC1 -> FC2 launch gives the same bytes as the two launches and leaves its counters at zero;
-// the split reduction (forced through FP4MOE_SM90_SPLIT_K) passes the same checks.
+// the split reduction (forced through FP4MOE_SM90_SPLIT_K) passes the same checks, and so does a chained
+// launch whose last expert's weights come from their own buffers.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -305,6 +306,105 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
   EXPECT_LE(e2, 5e-3) << "FC2 relative L2 error " << e2;
 }
 
+// The last expert folded in (GroupedGemmArgs::last_expert_weights, the engine's shared expert): a chained
+// launch over E experts whose buffers hold only the first E - 1 (so a read of expert E - 1 from them
+// would fail memcheck and the reference), the last one's weights and tensor scales in their own, against
+// the CPU reference; rows past offsets[E] stay poisoned, three launches give the same bytes and leave
+// the workspace zero. rows: the first E - 1 experts' rows; empty: one row each for as many experts as
+// fill the machine's CTA slots once with FC1 tiles, so that the last expert's tiles spill past them and
+// are split (ItemSpace::xsplit, FC1 stages / FC2 stages = 3 parts here).
+void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, std::vector<int> rows, int last_rows,
+                     uint32_t seed) {
+  int sms = 0;
+  SM90_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const TacticDesc& d = tactic.desc();
+  if (rows.empty()) rows.assign(static_cast<size_t>(sms * d.ctas_per_sm / ((2 * inter + d.tile_m - 1) / d.tile_m)), 1);
+  SCOPED_TRACE(fmt::format("{} folded I={} H={} experts={} last rows={}", d.name, inter, hidden, rows.size() + 1,
+                           last_rows));
+  const int64_t Er = static_cast<int64_t>(rows.size()), E = Er + 1;
+  std::vector<int32_t> offsets(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + (e < Er ? rows[e] : last_rows);
+  const int64_t used = offsets[E], total = used + 3;
+  const GemmProblem p1{GemmOp::kFc1SwiGlu, E, inter, hidden, total, total};
+  const GemmProblem p2{GemmOp::kFc2, E, hidden, inter, total, total};
+  const DeviceCaps caps = query_device_caps(0);
+  for (const GemmProblem* p : {&p1, &p2}) ASSERT_TRUE(tactic.check(*p, caps).ok) << tactic.check(*p, caps).reason;
+  ASSERT_TRUE(tactic.init(p1).is_ok());
+  std::mt19937 rng(seed);
+  auto experts = [](GemmProblem p, int64_t n) {
+    p.num_experts = n;
+    return p;
+  };
+  const DeviceGemm g1 = device_gemm(experts(p1, Er), rng), g2 = device_gemm(experts(p2, Er), rng);
+  const DeviceGemm l1 = device_gemm(experts(p1, 1), rng), l2 = device_gemm(experts(p2, 1), rng);
+  std::vector<uint16_t> x(static_cast<size_t>(total * hidden));
+  std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
+  for (auto& v : x) v = f32_to_bf16_bits(ux(rng));
+  DeviceBuffer d_x(x.size() * 2), d_off(offsets.size() * 4), d_h(static_cast<size_t>(total * inter * 2)),
+      d_y(static_cast<size_t>(total * hidden * 2)), d_ws(std::max(tactic.workspace_bytes(p1), tactic.workspace_bytes(p2)));
+  d_x.upload(x.data(), x.size() * 2);
+  d_off.upload(offsets.data(), offsets.size() * 4);
+  SM90_CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.size()));
+  GroupedGemmArgs a1, a2;
+  a1.problem = p1;
+  a1.expert_offsets = static_cast<const int32_t*>(d_off.get());
+  a1.a = static_cast<const uint16_t*>(d_x.get());
+  a1.a_ld = hidden;
+  a1.weights = g1.packed->get();
+  a1.tensor_scales = static_cast<const float*>(g1.ts->get());
+  a1.last_expert_weights = l1.packed->get();
+  a1.last_expert_scales = static_cast<const float*>(l1.ts->get());
+  a1.out = static_cast<uint16_t*>(d_h.get());
+  a1.workspace = d_ws.get();
+  a2 = a1;
+  a2.problem = p2;
+  a2.a = a1.out;
+  a2.a_ld = inter;
+  a2.weights = g2.packed->get();
+  a2.tensor_scales = static_cast<const float*>(g2.ts->get());
+  a2.last_expert_weights = l2.packed->get();
+  a2.last_expert_scales = static_cast<const float*>(l2.ts->get());
+  a2.out = static_cast<uint16_t*>(d_y.get());
+  std::vector<uint16_t> h, y;
+  for (int launch = 0; launch < 3; ++launch) {
+    SM90_CUDA_OK(cudaMemset(d_h.get(), 0xD5, d_h.size()));
+    SM90_CUDA_OK(cudaMemset(d_y.get(), 0xD5, d_y.size()));
+    const Status st = tactic.run_chained(a1, a2, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    SM90_CUDA_OK(cudaDeviceSynchronize());
+    if (launch == 0) {
+      h = download_bf16(d_h);
+      y = download_bf16(d_y);
+    } else {
+      ASSERT_TRUE(download_bf16(d_h) == h && download_bf16(d_y) == y) << "launch " << launch << " differs from launch 0";
+    }
+    std::vector<int32_t> ws(d_ws.size() / 4);
+    d_ws.download(ws.data(), ws.size() * 4);
+    ASSERT_TRUE(std::all_of(ws.begin(), ws.end(), [](int32_t v) { return v == 0; }))
+        << "launch " << launch << ": workspace not zero";
+  }
+  for (int64_t i = used * inter; i < total * inter; ++i) ASSERT_EQ(h[i], 0xD5D5) << "h1 past offsets[E] written";
+  for (int64_t i = used * hidden; i < total * hidden; ++i) ASSERT_EQ(y[i], 0xD5D5) << "y past offsets[E] written";
+  std::vector<float> ref1(static_cast<size_t>(used * inter)), got1(ref1.size()), ref2(static_cast<size_t>(used * hidden)),
+      got2(ref2.size()), in(static_cast<size_t>(std::max(inter, hidden)));
+  for (int64_t e = 0; e < E; ++e) {
+    const bool last = e == Er;
+    const GemmProblem q1 = experts(p1, last ? 1 : Er), q2 = experts(p2, last ? 1 : Er);
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      for (int64_t k = 0; k < hidden; ++k) in[k] = bf16_bits_to_f32(x[r * hidden + k]);
+      sm90test::reference_row(q1, last ? l1.w : g1.w, last ? 0 : e, in.data(), ref1.data() + r * inter);
+      for (int64_t k = 0; k < inter; ++k) in[k] = bf16_bits_to_f32(h[r * inter + k]);
+      sm90test::reference_row(q2, last ? l2.w : g2.w, last ? 0 : e, in.data(), ref2.data() + r * hidden);
+    }
+  }
+  for (size_t i = 0; i < got1.size(); ++i) got1[i] = bf16_bits_to_f32(h[i]);
+  for (size_t i = 0; i < got2.size(); ++i) got2[i] = bf16_bits_to_f32(y[i]);
+  const double e1 = relative_l2_error(got1.data(), ref1.data(), used * inter);
+  const double e2 = relative_l2_error(got2.data(), ref2.data(), used * hidden);
+  EXPECT_LE(e1, 5e-3) << "FC1 relative L2 error " << e1;
+  EXPECT_LE(e2, 5e-3) << "FC2 relative L2 error " << e2;
+}
+
 class Sm90Tactics : public ::testing::Test {
  protected:
   static std::vector<std::unique_ptr<GroupedGemmTactic>>& tactics() {
@@ -328,6 +428,30 @@ TEST_F(Sm90Tactics, ChainedLaunchMatchesTwoLaunchesAndReference) {
     run_chained_case(*t, 80, 208, {0, 1, 37, 8, 130, 3, 0, 300}, true, 21);
     run_chained_case(*t, 256, 1024, {5, 64, 0, 17, 1}, false, 22);
     run_chained_case(*t, 96, 512, {1, 0, 0, 2, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3}, false, 23);
+  }
+}
+
+TEST_F(Sm90Tactics, FoldedLastExpertMatchesReference) {
+  for (auto& t : tactics()) {
+    run_folded_case(*t, 512, 1536, {}, 1, 41);                    // the last expert's FC1 tiles split
+    run_folded_case(*t, 96, 512, {3, 0, 1, 17, 0, 2}, 9, 42);     // two token tiles, no split
+  }
+}
+
+TEST_F(Sm90Tactics, RefusesHalfAFoldedLastExpert) {
+  for (auto& t : tactics()) {
+    const GemmProblem p1{GemmOp::kFc1SwiGlu, 4, 128, 256, 16, 16};
+    ASSERT_TRUE(t->init(p1).is_ok());
+    DeviceBuffer buf(4096);
+    GroupedGemmArgs a;
+    a.problem = p1;
+    a.a = static_cast<const uint16_t*>(buf.get());
+    a.a_ld = 256;
+    a.weights = buf.get();
+    a.last_expert_weights = buf.get();  // without its tensor scales
+    const Status st = t->run(a, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("last expert"), std::string::npos) << st.to_string();
   }
 }
 

@@ -32,6 +32,8 @@ Status make_params(const std::string& who, const GroupedGemmArgs& args, bool bf1
     return bad(fmt::format("k = {} must be a positive multiple of 16", pr.k));
   if (pr.total_rows < 0 || pr.total_rows > (int64_t{1} << 30))
     return bad(fmt::format("total_rows = {} must be in [0, 2^30]", pr.total_rows));
+  if (args.last_expert_weights || args.last_expert_scales)
+    return bad("the last expert's weights from their own buffer (last_expert_weights) are an sm90-family feature");
   *empty = pr.total_rows == 0;
   if (*empty) return Status::ok();
   if (!args.expert_offsets) return bad("expert_offsets is null");

@@ -239,6 +239,12 @@ class Sm90Tactic final : public GroupedGemmTactic {
                     fmt::format("{}: needs 16-byte aligned activations and weights and a_ld a multiple of 8 "
                                 "elements >= K (a_ld {}, K {})",
                                 desc_.name, args.a_ld, p.k));
+    if ((args.last_expert_weights == nullptr) != (args.last_expert_scales == nullptr) ||
+        (reinterpret_cast<uintptr_t>(args.last_expert_weights) & 15) != 0)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: the last expert's own weights and tensor scales come both or neither, the "
+                                "weights 16-byte aligned (weights {}, scales {})",
+                                desc_.name, args.last_expert_weights, static_cast<const void*>(args.last_expert_scales)));
     const PackGeometry g = pack_geometry(p);
     Params& prm = *out;
     prm.expert_offsets = args.expert_offsets;
@@ -247,6 +253,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm.a_ld = args.a_ld;
     prm.weights = static_cast<const uint8_t*>(args.weights);
     prm.tensor_scales = args.tensor_scales;
+    prm.last_weights = static_cast<const uint8_t*>(args.last_expert_weights);
+    prm.last_scales = args.last_expert_scales;
     prm.out = args.out;
     prm.num_experts = static_cast<int>(p.num_experts);
     prm.n = static_cast<int>(p.n);

@@ -49,6 +49,10 @@ struct Params {
   int64_t a_ld = 0;                         // elements, multiple of 8
   const uint8_t* weights = nullptr;         // kSm90Interleaved packed blocks
   const float* tensor_scales = nullptr;     // FC1 [E, 2] (gate, up), FC2 [E]
+  // Or null: expert E-1's packed weights and tensor scales from their own buffers (both or neither;
+  // the engine's shared expert folded into the routed launch, GroupedGemmArgs::last_expert_weights).
+  const uint8_t* last_weights = nullptr;
+  const float* last_scales = nullptr;       // FC1 [2], FC2 [1]
   uint16_t* out = nullptr;                  // bf16 [total_rows, n]
   int num_experts = 0;                      // <= kMaxExperts
   int n = 0;                                // output columns
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     const int cta_tile0 = it.mtile * Cfg::kM64PerCta;
     const int first_tile = consumer * Cfg::kM64PerConsumer;  // within the CTA tile
     const int ntiles_valid = min(Cfg::kM64PerConsumer, q.tiles64 - cta_tile0 - first_tile);
-    const int parts = Cfg::kSplitCapable ? space.parts(o) : 1;
+    const int parts = Cfg::kSplitCapable ? ri.parts : 1;
     consume_item<Cfg>(smem, full, empty, q.kchunks / Cfg::kChunksPerStage / parts, first_tile, tid, acc, stage, phase);
     if (consumer == 0 && tid == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 5, FP4MOE_TRACE_NOW());
     // The epilogue reads a copy of the summed accumulators, which a split item's reduction replaces by
@@ -247,9 +251,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
       }
     }
     // Epilogue
+    const bool folded = q.last_scales != nullptr && it.expert == q.num_experts - 1;
     if (op_is_fc1<kMode>(o)) {
-      const float s0 = q.tensor_scales[2 * it.expert] * kAccumulatorScale;
-      const float s1 = q.tensor_scales[2 * it.expert + 1] * kAccumulatorScale;
+      const float* ts = folded ? q.last_scales : q.tensor_scales + 2 * it.expert;
+      const float s0 = ts[0] * kAccumulatorScale;
+      const float s1 = ts[1] * kAccumulatorScale;
 #pragma unroll
       for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
         if (finish && u < ntiles_valid)
@@ -266,7 +272,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
         }
       }
     } else {
-      const float s0 = q.tensor_scales[it.expert] * kAccumulatorScale;
+      const float s0 = (folded ? q.last_scales[0] : q.tensor_scales[it.expert]) * kAccumulatorScale;
 #pragma unroll
       for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
         if (finish && u < ntiles_valid)

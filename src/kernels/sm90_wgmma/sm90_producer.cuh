@@ -76,7 +76,7 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
       // goes home, and one empty stage carries the sentinel to the consumers.
       (void)fetched_work_item(p.counters, fetched, w);
       if (lane == 0) {
-        s_items[(j % kItemRing) * kItemInts] = -1;
+        put_ring_item(s_items + (j % kItemRing) * kItemInts, RingItem{-1, 0, 0, 1, 0, WorkItem{}});
         mbar_arrive(&item_bar[j % kItemRing]);
       }
       mbar_wait(&empty[stage], phase ^ 1u);
@@ -86,21 +86,25 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
       if (kMode != LaunchMode::kChain && lane == 0) finish_work_items(p.counters, 0);
       break;
     }
-    int wl = w, part = 0;
+    int wl = w, part = 0, parts = 1, sunit = 0;
     const int o = space.split(wl);
-    const int unit = space.part(o, wl, part);
+    const int unit = space.part(o, wl, part, parts, sunit);
     const auto& q = p.op[o];
     // kchunks is a multiple of the stage (kPackKAlign); a split item covers 1/S of the stages.
-    const int nstages = q.kchunks / Cfg::kChunksPerStage / space.parts(o);
+    const int nstages = q.kchunks / Cfg::kChunksPerStage / parts;
     const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), unit);
     if (lane == 0) {  // the decoded item for warp 1 and the consumers (the arrives below release it)
-      put_ring_item(s_items + (j % kItemRing) * kItemInts, RingItem{w, o, part, unit, it});
+      put_ring_item(s_items + (j % kItemRing) * kItemInts, RingItem{w, o, part, parts, sunit, it});
       mbar_arrive(&item_bar[j % kItemRing]);
     }
     const int tile0 = it.mtile * Cfg::kM64PerCta;
     const int ntiles = min(Cfg::kM64PerCta, q.tiles64 - tile0);
-    const uint8_t* wsrc = q.weights + (static_cast<int64_t>(it.expert) * q.tiles64 + tile0) * q.kchunks * kPackBlockBytes +
-                          static_cast<int64_t>(part * nstages * Cfg::kChunksPerStage) * kPackBlockBytes;
+    // The folded last expert's weights come from their own buffer (Params::last_weights).
+    const uint8_t* wexp = q.last_weights != nullptr && it.expert == q.num_experts - 1
+                              ? q.last_weights
+                              : q.weights + static_cast<int64_t>(it.expert) * q.tiles64 * q.kchunks * kPackBlockBytes;
+    const uint8_t* wsrc = wexp + (static_cast<int64_t>(tile0) * q.kchunks + part * nstages * Cfg::kChunksPerStage) *
+                                     kPackBlockBytes;
     const uint32_t tx = Cfg::kWeightTileBytes * ntiles + (q.tok_tma ? Cfg::kTokenBytes : 0);
     for (int ks = 0; ks < nstages; ++ks) {
       mbar_wait(&empty[stage], phase ^ 1u);
@@ -157,7 +161,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
     const int o = ri.op;
     const WorkItem& it = ri.it;
     const auto& q = p.op[o];
-    const int nstages = q.kchunks / Cfg::kChunksPerStage / space.parts(o);
+    const int nstages = q.kchunks / Cfg::kChunksPerStage / ri.parts;
     const int stage0 = ri.part * nstages;  // a split item's first stage of the tile's K range
     // Source row of each token of the tile (-1 past the expert's rows), read once per item.
     __syncwarp();

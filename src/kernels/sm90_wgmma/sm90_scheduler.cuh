@@ -83,31 +83,34 @@ struct RingItem {
   int w;      // launch-wide item index, or -1
   int op;     // 0, or 1 for a chained launch's FC2
   int part;   // K part of a split item (0 otherwise)
-  int unit;   // the op's tile: token tile x m-tile (the split workspace's index)
+  int parts;  // K parts of its unit (1: not split)
+  int unit;   // its unit's index in the split workspace (ItemSpace::part)
   WorkItem it;
 };
 __device__ __forceinline__ void put_ring_item(int32_t* slot, const RingItem& r) {
   slot[0] = r.w;
   slot[1] = r.op;
   slot[2] = r.part;
-  slot[3] = r.unit;
-  slot[4] = r.it.expert;
-  slot[5] = r.it.tile;
-  slot[6] = r.it.mtile;
-  slot[7] = r.it.row_begin;
-  slot[8] = r.it.row_end;
+  slot[3] = r.parts;
+  slot[4] = r.unit;
+  slot[5] = r.it.expert;
+  slot[6] = r.it.tile;
+  slot[7] = r.it.mtile;
+  slot[8] = r.it.row_begin;
+  slot[9] = r.it.row_end;
 }
 __device__ __forceinline__ RingItem get_ring_item(const int32_t* slot) {
   RingItem r;
   r.w = slot[0];
   r.op = slot[1];
   r.part = slot[2];
-  r.unit = slot[3];
-  r.it.expert = slot[4];
-  r.it.tile = slot[5];
-  r.it.mtile = slot[6];
-  r.it.row_begin = slot[7];
-  r.it.row_end = slot[8];
+  r.parts = slot[3];
+  r.unit = slot[4];
+  r.it.expert = slot[5];
+  r.it.tile = slot[6];
+  r.it.mtile = slot[7];
+  r.it.row_begin = slot[8];
+  r.it.row_end = slot[9];
   return r;
 }
 static_assert(sizeof(RingItem) == kItemInts * sizeof(int32_t), "tile_config.h sizes the ring slots");
@@ -167,13 +170,25 @@ __device__ __forceinline__ int choose_split(bool capable, int mode, int units, i
 
 // The items of a launch: op 0's first, then (a chained launch) op 1's; split() turns a launch-wide item
 // into its op (0, or 1 for a chained launch's FC2) and its item within the op; part() then turns that
-// into the op's unit (the tile find_work_item locates) and its K part. Built once per CTA into shared
-// memory (sm90_nvfp4w4a16_grouped.cuh).
+// into the op's unit (the tile find_work_item locates), its K part, and the unit's index in the split
+// workspace. Built once per CTA into shared memory (sm90_nvfp4w4a16_grouped.cuh).
+//
+// The folded last expert (a chained launch whose FC1 reads expert E-1's weights from their own buffer,
+// Params::last_weights: the engine's shared expert, which holds every token). Where FC1 does not split
+// (split0 == 1) and the other experts' units fit the machine's CTA slots once but the last expert's
+// units would spill into a second wave of whole tiles (GLM-5 at T = 1: 128 + 16 FC1 tiles of 24 k256
+// stages on 132 SMs), its units are split into FC1-stages / FC2-stages parts (24 / 8: three parts, each
+// as long as an FC2 item): op 0's items are the other units, one item each, then the xunits * xsplit
+// parts, which the CTAs left over from the first wave and then the first to finish take. Measured at
+// GLM-5 T = 1 (docs/perf.md, sm90 step 30): 3 parts 75.9-76.4 us, 2 / 4 / 6 / 8 parts 76.6-78.3, whole
+// tiles 88.0; with the parts first in the order 85.7-94.3 (each part's reduction then delays a CTA's
+// first long tile).
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 struct ItemSpace {
   int mtiles0, mtiles1;
   int units0, units1;    // tiles of each op: token tiles x m-tiles
   int split0, split1;    // K parts per unit (1: no split)
+  int xunits, xsplit;    // the folded last expert's FC1 units and their parts (0, 1: none)
   int items0, total;
   int split_base1;       // op 1's first item and unit in the split workspace (after op 0's, if it split)
   __device__ ItemSpace(const LaunchParams& p, const int32_t* s_prefix) {
@@ -183,10 +198,23 @@ struct ItemSpace {
     units0 = tiles * mtiles0;
     units1 = kMode == LaunchMode::kChain ? tiles * mtiles1 : 0;
     const int mode = p.split_mode;
-    split0 = choose_split(Cfg::kSplitCapable, mode, units0, p.op[0].kchunks / Cfg::kChunksPerStage, kMaxSplitItems,
-                          p.split_slots);
-    items0 = units0 * split0;
-    split_base1 = split0 > 1 ? items0 : 0;
+    const int stages0 = p.op[0].kchunks / Cfg::kChunksPerStage;
+    split0 = choose_split(Cfg::kSplitCapable, mode, units0, stages0, kMaxSplitItems, p.split_slots);
+    xunits = 0;
+    xsplit = 1;
+    if (kMode == LaunchMode::kChain && Cfg::kSplitCapable && p.op[0].last_weights != nullptr && split0 == 1 &&
+        mode != 1) {
+      const int last = (tiles - s_prefix[p.op[0].num_experts - 1]) * mtiles0;
+      const int stages1 = p.op[1].kchunks / Cfg::kChunksPerStage;
+      const int s = stages1 > 0 && stages0 % stages1 == 0 ? stages0 / stages1 : 1;
+      if (last > 0 && units0 - last <= p.split_slots && units0 > p.split_slots && s > 1 && s <= kMaxSplit &&
+          last * s <= kMaxSplitItems) {
+        xunits = last;
+        xsplit = s;
+      }
+    }
+    items0 = units0 * split0 + xunits * (xsplit - 1);
+    split_base1 = split0 > 1 ? items0 : xunits * xsplit;
     split1 = choose_split(Cfg::kSplitCapable, mode, units1, p.op[1].kchunks / Cfg::kChunksPerStage,
                           kMaxSplitItems - split_base1, p.split_slots);
     total = items0 + units1 * split1;
@@ -200,12 +228,27 @@ struct ItemSpace {
     return 0;
   }
   __device__ int mtiles(int o) const { return o ? mtiles1 : mtiles0; }
-  __device__ int parts(int o) const { return o ? split1 : split0; }
-  // Item w of op o -> its unit (returned) and K part r.
-  __device__ int part(int o, int w, int& r) const {
-    const int s = parts(o);
-    r = w % s;
-    return w / s;
+  // Item w of op o -> its unit (returned), its K part r of `parts`, and the unit's index in the split
+  // workspace (`sunit`; its parts are that op's items sunit * parts .. + parts - 1 there).
+  __device__ int part(int o, int w, int& r, int& parts, int& sunit) const {
+    if (o == 0 && xunits > 0) {
+      const int others = units0 - xunits;
+      if (w >= others) {  // a part of the last expert's units
+        const int x = w - others;
+        r = x % xsplit;
+        parts = xsplit;
+        sunit = x / xsplit;
+        return others + sunit;
+      }
+      r = 0;
+      parts = 1;
+      sunit = 0;
+      return w;
+    }
+    parts = o ? split1 : split0;
+    r = w % parts;
+    sunit = w / parts;
+    return sunit;
   }
   // Op o's first index in the split workspace (items and units alike: units <= items).
   __device__ int split_base(int o) const { return o ? split_base1 : 0; }

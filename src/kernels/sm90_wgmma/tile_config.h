@@ -32,7 +32,7 @@ namespace sm90 {
 constexpr int kMaxExperts = 512;            // the work-list table lives in shared memory
 constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
 constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
-constexpr int kItemInts = 9;                // int32 per item ring slot: the decoded item (sm90_scheduler.cuh, RingItem)
+constexpr int kItemInts = 10;               // int32 per item ring slot: the decoded item (sm90_scheduler.cuh, RingItem)
 
 // Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
 // of two up to kMaxSplit; the splits of one launch are at most kMaxSplitItems items, whose fp32 partial
