@@ -312,13 +312,15 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
 // the CPU reference; rows past offsets[E] stay poisoned, three launches give the same bytes and leave
 // the workspace zero. rows: the first E - 1 experts' rows; empty: one row each for as many experts as
 // fill the machine's CTA slots once with FC1 tiles, so that the last expert's tiles spill past them and
-// are split (ItemSpace::xsplit, FC1 stages / FC2 stages = 3 parts here).
+// are split (ItemSpace::xsplit: 3 parts at H = 1536; at H = 1792 FC2's stages do not divide FC1's, 7 or
+// 4 parts by the tile's stage).
 void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, std::vector<int> rows, int last_rows,
                      uint32_t seed) {
   int sms = 0;
   SM90_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const TacticDesc& d = tactic.desc();
-  if (rows.empty()) rows.assign(static_cast<size_t>(sms * d.ctas_per_sm / ((2 * inter + d.tile_m - 1) / d.tile_m)), 1);
+  const bool fill = rows.empty();
+  if (fill) rows.assign(static_cast<size_t>(sms * d.ctas_per_sm / ((2 * inter + d.tile_m - 1) / d.tile_m)), 1);
   SCOPED_TRACE(fmt::format("{} folded I={} H={} experts={} last rows={}", d.name, inter, hidden, rows.size() + 1,
                            last_rows));
   const int64_t Er = static_cast<int64_t>(rows.size()), E = Er + 1;
@@ -365,10 +367,17 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
   a2.last_expert_weights = l2.packed->get();
   a2.last_expert_scales = static_cast<const float*>(l2.ts->get());
   a2.out = static_cast<uint16_t*>(d_y.get());
+  // The first launch runs on split partials poisoned with 0xFF: the bytes it leaves otherwise are the
+  // split reduction's (which zeroes what it used).
+  const size_t partial_bytes = static_cast<size_t>(sm90::split_partial_bytes(d.tile_m, d.tile_n));
+  const size_t partial_off = tactic.workspace_bytes(p1) - partial_bytes;
+  int64_t touched = 0;
   std::vector<uint16_t> h, y;
   for (int launch = 0; launch < 3; ++launch) {
     SM90_CUDA_OK(cudaMemset(d_h.get(), 0xD5, d_h.size()));
     SM90_CUDA_OK(cudaMemset(d_y.get(), 0xD5, d_y.size()));
+    if (launch == 0 && partial_bytes > 0)
+      SM90_CUDA_OK(cudaMemset(static_cast<uint8_t*>(d_ws.get()) + partial_off, 0xFF, partial_bytes));
     const Status st = tactic.run_chained(a1, a2, nullptr);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     SM90_CUDA_OK(cudaDeviceSynchronize());
@@ -378,10 +387,19 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
     } else {
       ASSERT_TRUE(download_bf16(d_h) == h && download_bf16(d_y) == y) << "launch " << launch << " differs from launch 0";
     }
-    std::vector<int32_t> ws(d_ws.size() / 4);
-    d_ws.download(ws.data(), ws.size() * 4);
-    ASSERT_TRUE(std::all_of(ws.begin(), ws.end(), [](int32_t v) { return v == 0; }))
+    std::vector<uint8_t> ws(d_ws.size());
+    d_ws.download(ws.data(), ws.size());
+    if (launch == 0 && partial_bytes > 0) {
+      const auto p0 = ws.begin() + static_cast<std::ptrdiff_t>(partial_off);
+      touched = std::count_if(p0, p0 + static_cast<std::ptrdiff_t>(partial_bytes), [](uint8_t b) { return b != 0xFF; });
+      std::fill(p0, p0 + static_cast<std::ptrdiff_t>(partial_bytes), uint8_t{0});
+      SM90_CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.size()));
+    }
+    ASSERT_TRUE(std::all_of(ws.begin(), ws.end(), [](uint8_t v) { return v == 0; }))
         << "launch " << launch << ": workspace not zero";
+  }
+  if (fill && sm90::split_capable(d.tile_n)) {
+    EXPECT_GT(touched, 0) << "the last expert's FC1 tiles were not split";
   }
   for (int64_t i = used * inter; i < total * inter; ++i) ASSERT_EQ(h[i], 0xD5D5) << "h1 past offsets[E] written";
   for (int64_t i = used * hidden; i < total * hidden; ++i) ASSERT_EQ(y[i], 0xD5D5) << "y past offsets[E] written";
@@ -434,6 +452,7 @@ TEST_F(Sm90Tactics, ChainedLaunchMatchesTwoLaunchesAndReference) {
 TEST_F(Sm90Tactics, FoldedLastExpertMatchesReference) {
   for (auto& t : tactics()) {
     run_folded_case(*t, 512, 1536, {}, 1, 41);                    // the last expert's FC1 tiles split
+    run_folded_case(*t, 512, 1792, {}, 1, 43);                    // split, FC2's stages not dividing FC1's
     run_folded_case(*t, 96, 512, {3, 0, 1, 17, 0, 2}, 9, 42);     // two token tiles, no split
   }
 }
