@@ -212,6 +212,71 @@ std::vector<uint16_t> download_bf16(const DeviceBuffer& b) {
   return v;
 }
 
+// The arguments of a chained FC1 -> FC2 launch on a test's buffers: FC1 reads x (through row_index
+// when given, else contiguously) into h, FC2 reads h into y.
+std::pair<GroupedGemmArgs, GroupedGemmArgs> chain_args(const GemmProblem& p1, const GemmProblem& p2,
+                                                       const DeviceBuffer& d_off, const DeviceBuffer& d_x,
+                                                       const int32_t* row_index, const DeviceGemm& g1,
+                                                       const DeviceGemm& g2, const DeviceBuffer& d_h,
+                                                       const DeviceBuffer& d_y, const DeviceBuffer& d_ws) {
+  GroupedGemmArgs a1, a2;
+  a1.problem = p1;
+  a1.expert_offsets = static_cast<const int32_t*>(d_off.get());
+  a1.a = static_cast<const uint16_t*>(d_x.get());
+  a1.a_row_index = row_index;
+  a1.a_ld = p1.k;
+  a1.weights = g1.packed->get();
+  a1.tensor_scales = static_cast<const float*>(g1.ts->get());
+  a1.out = static_cast<uint16_t*>(d_h.get());
+  a1.workspace = d_ws.get();
+  a2 = a1;
+  a2.problem = p2;
+  a2.a = a1.out;
+  a2.a_row_index = nullptr;
+  a2.a_ld = p2.k;
+  a2.weights = g2.packed->get();
+  a2.tensor_scales = static_cast<const float*>(g2.ts->get());
+  a2.out = static_cast<uint16_t*>(d_y.get());
+  return {a1, a2};
+}
+
+// Expert e's CPU weights for the reference: the problem they were made for, the weights, e's index there.
+struct CpuExpert {
+  GemmProblem p;
+  const sm90test::RandomWeights* w;
+  int64_t e;
+};
+
+// h (FC1) and y (FC2) of a chained launch against the CPU reference: rows past offsets[E] still poisoned
+// (0xD5), FC1 on x row src(r) for problem row r, FC2 on the device's h rows, each within 5e-3 relative L2.
+// weights(e, fc2) names expert e's CpuExpert for FC1 (false) or FC2 (true).
+template <class Src, class Weights>
+void expect_chain_reference(const std::vector<int32_t>& offsets, int64_t total, int64_t inter, int64_t hidden,
+                            const std::vector<uint16_t>& x, const std::vector<uint16_t>& h,
+                            const std::vector<uint16_t>& y, Src src, Weights weights) {
+  const int64_t E = static_cast<int64_t>(offsets.size()) - 1, used = offsets[E];
+  for (int64_t i = used * inter; i < total * inter; ++i) ASSERT_EQ(h[i], 0xD5D5) << "h1 past offsets[E] written";
+  for (int64_t i = used * hidden; i < total * hidden; ++i) ASSERT_EQ(y[i], 0xD5D5) << "y past offsets[E] written";
+  std::vector<float> ref1(static_cast<size_t>(used * inter)), got1(ref1.size()), ref2(static_cast<size_t>(used * hidden)),
+      got2(ref2.size()), in(static_cast<size_t>(std::max(inter, hidden)));
+  for (int64_t e = 0; e < E; ++e) {
+    const CpuExpert w1 = weights(e, false), w2 = weights(e, true);
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      const int64_t row = src(r);
+      for (int64_t k = 0; k < hidden; ++k) in[k] = bf16_bits_to_f32(x[row * hidden + k]);
+      sm90test::reference_row(w1.p, *w1.w, w1.e, in.data(), ref1.data() + r * inter);
+      for (int64_t k = 0; k < inter; ++k) in[k] = bf16_bits_to_f32(h[r * inter + k]);
+      sm90test::reference_row(w2.p, *w2.w, w2.e, in.data(), ref2.data() + r * hidden);
+    }
+  }
+  for (size_t i = 0; i < got1.size(); ++i) got1[i] = bf16_bits_to_f32(h[i]);
+  for (size_t i = 0; i < got2.size(); ++i) got2[i] = bf16_bits_to_f32(y[i]);
+  const double e1 = relative_l2_error(got1.data(), ref1.data(), used * inter);
+  const double e2 = relative_l2_error(got2.data(), ref2.data(), used * hidden);
+  EXPECT_LE(e1, 5e-3) << "FC1 relative L2 error " << e1;
+  EXPECT_LE(e2, 5e-3) << "FC2 relative L2 error " << e2;
+}
+
 // FC1 then FC2 on FC1's rows as one chained launch (run_chained) against the two launches and the CPU
 // reference: the same bytes in h1 and y, rows past offsets[E] untouched, y within 5e-3 relative L2 of
 // the reference computed on h1, and the workspace counters back at zero after each of three launches
@@ -246,24 +311,8 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
   d_off.upload(offsets.data(), offsets.size() * 4);
   d_idx.upload(row_index.data(), row_index.size() * 4);
   SM90_CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.size()));
-  GroupedGemmArgs a1, a2;
-  a1.problem = p1;
-  a1.expert_offsets = static_cast<const int32_t*>(d_off.get());
-  a1.a = static_cast<const uint16_t*>(d_x.get());
-  a1.a_row_index = gather ? static_cast<const int32_t*>(d_idx.get()) : nullptr;
-  a1.a_ld = hidden;
-  a1.weights = g1.packed->get();
-  a1.tensor_scales = static_cast<const float*>(g1.ts->get());
-  a1.out = static_cast<uint16_t*>(d_h.get());
-  a1.workspace = d_ws.get();
-  a2 = a1;
-  a2.problem = p2;
-  a2.a = a1.out;
-  a2.a_row_index = nullptr;
-  a2.a_ld = inter;
-  a2.weights = g2.packed->get();
-  a2.tensor_scales = static_cast<const float*>(g2.ts->get());
-  a2.out = static_cast<uint16_t*>(d_y.get());
+  const auto [a1, a2] = chain_args(p1, p2, d_off, d_x, gather ? static_cast<const int32_t*>(d_idx.get()) : nullptr,
+                                   g1, g2, d_h, d_y, d_ws);
   auto poison = [&] {
     SM90_CUDA_OK(cudaMemset(d_h.get(), 0xD5, d_h.size()));
     SM90_CUDA_OK(cudaMemset(d_y.get(), 0xD5, d_y.size()));
@@ -285,25 +334,9 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
     ASSERT_TRUE(std::all_of(ws.begin(), ws.end(), [](int32_t v) { return v == 0; }))
         << "launch " << launch << ": counters not reset";
   }
-  for (int64_t i = used * inter; i < total * inter; ++i) ASSERT_EQ(h_two[i], 0xD5D5) << "h1 past offsets[E] written";
-  for (int64_t i = used * hidden; i < total * hidden; ++i) ASSERT_EQ(y_two[i], 0xD5D5) << "y past offsets[E] written";
-  // Reference: FC1 on the token rows, FC2 on the device's h1 rows.
-  std::vector<float> ref1(static_cast<size_t>(used * inter)), got1(ref1.size()), ref2(static_cast<size_t>(used * hidden)),
-      got2(ref2.size()), in(static_cast<size_t>(std::max(inter, hidden)));
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
-      const int64_t src = gather ? row_index[r] : r;
-      for (int64_t k = 0; k < hidden; ++k) in[k] = bf16_bits_to_f32(x[src * hidden + k]);
-      sm90test::reference_row(p1, g1.w, e, in.data(), ref1.data() + r * inter);
-      for (int64_t k = 0; k < inter; ++k) in[k] = bf16_bits_to_f32(h_two[r * inter + k]);
-      sm90test::reference_row(p2, g2.w, e, in.data(), ref2.data() + r * hidden);
-    }
-  for (size_t i = 0; i < got1.size(); ++i) got1[i] = bf16_bits_to_f32(h_two[i]);
-  for (size_t i = 0; i < got2.size(); ++i) got2[i] = bf16_bits_to_f32(y_two[i]);
-  const double e1 = relative_l2_error(got1.data(), ref1.data(), used * inter);
-  const double e2 = relative_l2_error(got2.data(), ref2.data(), used * hidden);
-  EXPECT_LE(e1, 5e-3) << "FC1 relative L2 error " << e1;
-  EXPECT_LE(e2, 5e-3) << "FC2 relative L2 error " << e2;
+  expect_chain_reference(
+      offsets, total, inter, hidden, x, h_two, y_two, [&](int64_t r) { return gather ? row_index[r] : r; },
+      [&](int64_t e, bool fc2) { return CpuExpert{fc2 ? p2 : p1, fc2 ? &g2.w : &g1.w, e}; });
 }
 
 // The last expert folded in (GroupedGemmArgs::last_expert_weights, the engine's shared expert): a chained
@@ -347,26 +380,11 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
   d_x.upload(x.data(), x.size() * 2);
   d_off.upload(offsets.data(), offsets.size() * 4);
   SM90_CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.size()));
-  GroupedGemmArgs a1, a2;
-  a1.problem = p1;
-  a1.expert_offsets = static_cast<const int32_t*>(d_off.get());
-  a1.a = static_cast<const uint16_t*>(d_x.get());
-  a1.a_ld = hidden;
-  a1.weights = g1.packed->get();
-  a1.tensor_scales = static_cast<const float*>(g1.ts->get());
+  auto [a1, a2] = chain_args(p1, p2, d_off, d_x, nullptr, g1, g2, d_h, d_y, d_ws);
   a1.last_expert_weights = l1.packed->get();
   a1.last_expert_scales = static_cast<const float*>(l1.ts->get());
-  a1.out = static_cast<uint16_t*>(d_h.get());
-  a1.workspace = d_ws.get();
-  a2 = a1;
-  a2.problem = p2;
-  a2.a = a1.out;
-  a2.a_ld = inter;
-  a2.weights = g2.packed->get();
-  a2.tensor_scales = static_cast<const float*>(g2.ts->get());
   a2.last_expert_weights = l2.packed->get();
   a2.last_expert_scales = static_cast<const float*>(l2.ts->get());
-  a2.out = static_cast<uint16_t*>(d_y.get());
   // The first launch runs on split partials poisoned with 0xFF: the bytes it leaves otherwise are the
   // split reduction's (which zeroes what it used).
   const size_t partial_bytes = static_cast<size_t>(sm90::split_partial_bytes(d.tile_m, d.tile_n));
@@ -401,26 +419,12 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
   if (fill && sm90::split_capable(d.tile_n)) {
     EXPECT_GT(touched, 0) << "the last expert's FC1 tiles were not split";
   }
-  for (int64_t i = used * inter; i < total * inter; ++i) ASSERT_EQ(h[i], 0xD5D5) << "h1 past offsets[E] written";
-  for (int64_t i = used * hidden; i < total * hidden; ++i) ASSERT_EQ(y[i], 0xD5D5) << "y past offsets[E] written";
-  std::vector<float> ref1(static_cast<size_t>(used * inter)), got1(ref1.size()), ref2(static_cast<size_t>(used * hidden)),
-      got2(ref2.size()), in(static_cast<size_t>(std::max(inter, hidden)));
-  for (int64_t e = 0; e < E; ++e) {
-    const bool last = e == Er;
-    const GemmProblem q1 = experts(p1, last ? 1 : Er), q2 = experts(p2, last ? 1 : Er);
-    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
-      for (int64_t k = 0; k < hidden; ++k) in[k] = bf16_bits_to_f32(x[r * hidden + k]);
-      sm90test::reference_row(q1, last ? l1.w : g1.w, last ? 0 : e, in.data(), ref1.data() + r * inter);
-      for (int64_t k = 0; k < inter; ++k) in[k] = bf16_bits_to_f32(h[r * inter + k]);
-      sm90test::reference_row(q2, last ? l2.w : g2.w, last ? 0 : e, in.data(), ref2.data() + r * hidden);
-    }
-  }
-  for (size_t i = 0; i < got1.size(); ++i) got1[i] = bf16_bits_to_f32(h[i]);
-  for (size_t i = 0; i < got2.size(); ++i) got2[i] = bf16_bits_to_f32(y[i]);
-  const double e1 = relative_l2_error(got1.data(), ref1.data(), used * inter);
-  const double e2 = relative_l2_error(got2.data(), ref2.data(), used * hidden);
-  EXPECT_LE(e1, 5e-3) << "FC1 relative L2 error " << e1;
-  EXPECT_LE(e2, 5e-3) << "FC2 relative L2 error " << e2;
+  expect_chain_reference(offsets, total, inter, hidden, x, h, y, [](int64_t r) { return r; },
+                         [&](int64_t e, bool fc2) {
+                           const bool last = e == Er;
+                           const DeviceGemm& g = last ? (fc2 ? l2 : l1) : (fc2 ? g2 : g1);
+                           return CpuExpert{experts(fc2 ? p2 : p1, last ? 1 : Er), &g.w, last ? 0 : e};
+                         });
 }
 
 class Sm90Tactics : public ::testing::Test {
