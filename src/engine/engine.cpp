@@ -42,7 +42,7 @@ struct BucketTactics {
   GroupedGemmTactic* shared_fc1 = nullptr;  // null when the shared expert is absent or bf16
   GroupedGemmTactic* shared_fc2 = nullptr;
   bool chain = false;  // the routed FC1 and FC2 in one launch (GroupedGemmTactic::run_chained)
-  bool fold = false;   // the shared expert as expert E of that launch, where the front end is fused (fold_shared)
+  bool fold = false;   // the shared expert as expert E of that launch, where the front end is fused (finish())
 };
 
 GemmProblem sized(const GemmProblem& shape, int64_t rows, int64_t max_rows_per_expert) {
@@ -140,10 +140,11 @@ class CudaMoeEngine final : public MoeEngine {
     // The shared expert folded into the routed chained launch as one more expert holding every token
     // (its weights from their own buffers, GroupedGemmArgs::last_expert_weights), instead of its own two
     // launches on the side stream, whose CTAs took whole SMs from the persistent chain: the TP8 shard
-    // -8% / -4% / -5% at T = 1 / 2 / 8, GLM-5 -1.5% / -2% at T = 1 / 2 and the same at T = 8
-    // (docs/perf.md, sm90 step 30). Where its shapes equal the routed experts' (the same packed
-    // geometry), on the whole layer (an expert shard holds it on rank 0 only) and for the decode batches
-    // the fused front end takes (it appends the token rows). FP4MOE_FOLD_SHARED=0 is the control.
+    // -9% / -5% / -5% at T = 1 / 2 / 8, GLM-5 -3% at T = 1 and 2 and the same at T = 8, DeepSeek-V3 +1.5%
+    // at T = 1 and -3% at T = 8 (docs/perf.md, sm90 step 30). Where its shapes equal the routed
+    // experts' (the same packed geometry), on the whole layer (an expert shard holds it on rank 0 only)
+    // and for the decode batches the fused front end takes (it appends the token rows).
+    // FP4MOE_FOLD_SHARED=0 is the control.
     const bool fold_ok = env_switch("FP4MOE_FOLD_SHARED", true) && shared_nvfp4 && shard_.is_whole() &&
                          w_.shared_fc1.shape.n == w_.fc1.shape.n && w_.shared_fc1.shape.k == w_.fc1.shape.k &&
                          w_.shared_fc2.shape.n == w_.fc2.shape.n && w_.shared_fc2.shape.k == w_.fc2.shape.k;
@@ -204,7 +205,8 @@ class CudaMoeEngine final : public MoeEngine {
       if (!tactics_[i].fold) continue;
       const int64_t b = buckets_[i];
       fold_rows = std::max(fold_rows, b);
-      tactic_ws = std::max(tactic_ws, tactics_[i].fc1->workspace_bytes(folded(sized(w_.fc1.shape, b * cfg_.topk, b), b)));
+      const GemmProblem p = folded(sized(w_.fc1.shape, b * cfg_.topk, b), b);
+      tactic_ws = std::max(tactic_ws, tactics_[i].fc1->workspace_bytes(p));
     }
     // The canonical buffer is kept only when a chosen tactic reads it.
     for (DeviceGemmWeights* g : {&w_.fc1, &w_.fc2, &w_.shared_fc1, &w_.shared_fc2}) {
@@ -394,13 +396,12 @@ class CudaMoeEngine final : public MoeEngine {
     a2.tensor_scales = w_.fc2.tensor_scales.as<float>();
     a2.out = ptrs_.y;
     a2.workspace = ptrs_.tactic;
-    if (fold) {
+    if (fold) {  // bt.fold: a chained launch
       a2.problem = folded(a2.problem, T);
       a1.last_expert_weights = w_.shared_fc1.weights(bt.fc1->desc().layout);
       a1.last_expert_scales = w_.shared_fc1.tensor_scales.as<float>();
       a2.last_expert_weights = w_.shared_fc2.weights(bt.fc2->desc().layout);
       a2.last_expert_scales = w_.shared_fc2.tensor_scales.as<float>();
-      return bt.fc1->run_chained(a1, a2, stream);
     }
     if (bt.chain) return bt.fc1->run_chained(a1, a2, stream);
     if ((st = bt.fc1->run(a1, stream)), !st.is_ok()) return st;

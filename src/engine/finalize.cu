@@ -1,10 +1,10 @@
 // Finalize: the top-k weighted combine of the FC2 rows (+ the shared expert) into bf16 `out` (R5).
 //
 // Grid (T, ceil(H / 8 / 256)); each thread owns 8 consecutive hidden columns of one token and reads
-// them with 16-byte loads from each of the token's topk grouped rows (pair_pos; for topk <= 16 all loads,
-// the shared expert's row included, are issued before the first add), accumulating in fp32 in rank order, then adds the shared expert's
-// row. Multiplies and adds are separately rounded (__fmul_rn / __fadd_rn), the reference's exact
-// operation order, so the combine adds no error of its own.
+// them with 16-byte loads from each of the token's topk grouped rows (pair_pos; for topk <= 16 all
+// loads, the shared expert's row included, are issued before the first add), accumulating in fp32 in
+// rank order, then adds the shared expert's row. Multiplies and adds are separately rounded (__fmul_rn
+// / __fadd_rn), the reference's exact operation order, so the combine adds no error of its own.
 // Expert-parallel partials (kept_rows non-null): a pair whose grouped row is >= *kept_rows went to
 // another rank's expert (the permutation's dropped bucket, whose rows FC2 never wrote) and is skipped;
 // skipping equals adding w * 0 in the reference's order, so a partial is the reference with the other

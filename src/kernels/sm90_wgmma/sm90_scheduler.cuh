@@ -178,8 +178,9 @@ __device__ __forceinline__ int choose_split(bool capable, int mode, int units, i
 // (split0 == 1) and the other experts' units fit the machine's CTA slots once but the last expert's
 // units would spill into a second wave of whole tiles (GLM-5 at T = 1: 128 + 16 FC1 tiles of 24 k256
 // stages on 132 SMs), its units are split into parts about as long as an FC2 item (24 / 8: three
-// parts; the rule is at the split's choice below): op 0's items are the other units, one item each, then the xunits * xsplit
-// parts, which the CTAs left over from the first wave and then the first to finish take. Measured at
+// parts; the rule is at the split's choice below): op 0's items are the other units, one item each,
+// then the xunits * xsplit parts, which the CTAs left over from the first wave and then the first to
+// finish take. Measured at
 // GLM-5 T = 1 (docs/perf.md, sm90 step 30): 3 parts 75.9-76.4 us, 2 / 4 / 6 / 8 parts 76.6-78.3, whole
 // tiles 88.0; with the parts first in the order 85.7-94.3 (each part's reduction then delays a CTA's
 // first long tile).
@@ -216,8 +217,7 @@ struct ItemSpace {
         if (stages0 % d == 0) s = d;
       for (int d = min(target - 1, kMaxSplit); d >= 2 && s == 1; --d)
         if (stages0 % d == 0) s = d;
-      if (last > 0 && units0 - last <= p.split_slots && units0 > p.split_slots && s > 1 && s <= kMaxSplit &&
-          last * s <= kMaxSplitItems) {
+      if (last > 0 && units0 - last <= p.split_slots && units0 > p.split_slots && s > 1 && last * s <= kMaxSplitItems) {
         xunits = last;
         xsplit = s;
       }

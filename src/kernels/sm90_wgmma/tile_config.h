@@ -35,7 +35,8 @@ constexpr int kItemRing = 16;               // fetched work items the consumers 
 constexpr int kItemInts = 10;               // int32 per item ring slot: the decoded item (sm90_scheduler.cuh, RingItem)
 
 // Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
-// of two up to kMaxSplit; the splits of one launch are at most kMaxSplitItems items, whose fp32 partial
+// of two up to kMaxSplit (a folded last expert's parts: any divisor of the stages up to kMaxSplit); the
+// splits of one launch are at most kMaxSplitItems items, whose fp32 partial
 // tiles (BM x BN floats each) and per-tile arrival counters live in the tactic's workspace. Only the
 // decode tiles (BN <= 16, a few floats per thread) split.
 constexpr int kMaxSplit = 8;
