@@ -212,6 +212,28 @@ std::vector<uint16_t> download_bf16(const DeviceBuffer& b) {
   return v;
 }
 
+// A chained launch's shape: the offsets of experts with `rows` rows each, 3 spare rows past them, and the
+// FC1 / FC2 problems over them, which `tactic` must accept (checked, then initialised).
+struct ChainShape {
+  std::vector<int32_t> offsets;
+  int64_t used = 0, total = 0;
+  GemmProblem p1, p2;
+};
+void chain_shape(GroupedGemmTactic& tactic, const std::vector<int>& rows, int64_t inter, int64_t hidden,
+                 ChainShape* out) {
+  const int64_t E = static_cast<int64_t>(rows.size());
+  out->offsets.assign(static_cast<size_t>(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) out->offsets[e + 1] = out->offsets[e] + rows[e];
+  out->used = out->offsets[E];
+  out->total = out->used + 3;
+  out->p1 = GemmProblem{GemmOp::kFc1SwiGlu, E, inter, hidden, out->total, out->total};
+  out->p2 = GemmProblem{GemmOp::kFc2, E, hidden, inter, out->total, out->total};
+  const DeviceCaps caps = query_device_caps(0);
+  for (const GemmProblem* p : {&out->p1, &out->p2})
+    ASSERT_TRUE(tactic.check(*p, caps).ok) << tactic.check(*p, caps).reason;
+  ASSERT_TRUE(tactic.init(out->p1).is_ok());
+}
+
 // The arguments of a chained FC1 -> FC2 launch on a test's buffers: FC1 reads x (through row_index
 // when given, else contiguously) into h, FC2 reads h into y.
 std::pair<GroupedGemmArgs, GroupedGemmArgs> chain_args(const GemmProblem& p1, const GemmProblem& p2,
@@ -286,15 +308,11 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
   std::string rs;
   for (int x : rows) rs += std::to_string(x) + ",";
   SCOPED_TRACE(fmt::format("{} chained I={} H={} rows=[{}] gather={}", tactic.desc().name, inter, hidden, rs, gather));
-  const int64_t E = static_cast<int64_t>(rows.size());
-  std::vector<int32_t> offsets(E + 1, 0);
-  for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + rows[e];
-  const int64_t used = offsets[E], total = used + 3;
-  const GemmProblem p1{GemmOp::kFc1SwiGlu, E, inter, hidden, total, total};
-  const GemmProblem p2{GemmOp::kFc2, E, hidden, inter, total, total};
-  const DeviceCaps caps = query_device_caps(0);
-  for (const GemmProblem* p : {&p1, &p2}) ASSERT_TRUE(tactic.check(*p, caps).ok) << tactic.check(*p, caps).reason;
-  ASSERT_TRUE(tactic.init(p1).is_ok());
+  ChainShape cs;
+  ASSERT_NO_FATAL_FAILURE(chain_shape(tactic, rows, inter, hidden, &cs));
+  const std::vector<int32_t>& offsets = cs.offsets;
+  const int64_t used = cs.used, total = cs.total;
+  const GemmProblem &p1 = cs.p1, &p2 = cs.p2;
   ASSERT_TRUE(tactic.can_chain());
   std::mt19937 rng(seed);
   const DeviceGemm g1 = device_gemm(p1, rng), g2 = device_gemm(p2, rng);
@@ -356,15 +374,14 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
   if (fill) rows.assign(static_cast<size_t>(sms * d.ctas_per_sm / ((2 * inter + d.tile_m - 1) / d.tile_m)), 1);
   SCOPED_TRACE(fmt::format("{} folded I={} H={} experts={} last rows={}", d.name, inter, hidden, rows.size() + 1,
                            last_rows));
-  const int64_t Er = static_cast<int64_t>(rows.size()), E = Er + 1;
-  std::vector<int32_t> offsets(E + 1, 0);
-  for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + (e < Er ? rows[e] : last_rows);
-  const int64_t used = offsets[E], total = used + 3;
-  const GemmProblem p1{GemmOp::kFc1SwiGlu, E, inter, hidden, total, total};
-  const GemmProblem p2{GemmOp::kFc2, E, hidden, inter, total, total};
-  const DeviceCaps caps = query_device_caps(0);
-  for (const GemmProblem* p : {&p1, &p2}) ASSERT_TRUE(tactic.check(*p, caps).ok) << tactic.check(*p, caps).reason;
-  ASSERT_TRUE(tactic.init(p1).is_ok());
+  const int64_t Er = static_cast<int64_t>(rows.size());
+  std::vector<int> all_rows = rows;
+  all_rows.push_back(last_rows);
+  ChainShape cs;
+  ASSERT_NO_FATAL_FAILURE(chain_shape(tactic, all_rows, inter, hidden, &cs));
+  const std::vector<int32_t>& offsets = cs.offsets;
+  const int64_t total = cs.total;
+  const GemmProblem &p1 = cs.p1, &p2 = cs.p2;
   std::mt19937 rng(seed);
   auto experts = [](GemmProblem p, int64_t n) {
     p.num_experts = n;
