@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU binaries (the fp4moe CLI and every test labelled "gpu") in build-gpu and stages stripped
-# copies in .gpubuild/ (git-ignored) so they travel to a GPU machine within a small carry budget.
+# copies in .gpubuild/ (git-ignored) so they travel to a GPU machine within a small carry budget; also
+# packs them into .gpubuild.tar.xz (a quarter of the size), which scripts/gpu_check.sh unpacks when
+# .gpubuild/ is absent.
 # The portable family is compiled for sm_90 only here (FP4MOE_PORTABLE_GENCODE) to keep the binaries
 # small; the sm_90a family keeps its own flags. Usage: scripts/gpu_build.sh [BUILD_DIR]  (JOBS=N to
 # set the parallelism, default 2).
@@ -61,3 +63,5 @@ strip "$stage/bin/"* "$stage/tests/"*
 git -C "$root" rev-parse --short HEAD >"$stage/revision.txt" 2>/dev/null || echo "uncommitted" >"$stage/revision.txt"
 du -sh "$stage"
 ls -l "$stage/bin" "$stage/tests"
+tar -C "$root" -cf - .gpubuild | xz -T"$jobs" -3 >"$root/.gpubuild.tar.xz"
+echo "staged $(du -sh "$stage" | cut -f1) in $stage, packed $(du -sh "$root/.gpubuild.tar.xz" | cut -f1) in .gpubuild.tar.xz"

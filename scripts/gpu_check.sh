@@ -4,7 +4,7 @@
 # forward per routing family and shared-expert kind), racecheck of the sm90 tactics test, then `fp4moe
 # bench` on the GLM-5 layer and the PyTorch peer in the same run, and the same for the layer's TP8 and
 # EP8 shards. Uses the binaries
-# staged in .gpubuild/ (scripts/gpu_build.sh), or builds them when nvcc is available. Logs go to OUTDIR;
+# staged in .gpubuild/ (scripts/gpu_build.sh; or its packed .gpubuild.tar.xz, unpacked first), or builds them when nvcc is available. Logs go to OUTDIR;
 # a short summary is printed last (and written to OUTDIR/summary.txt). Exit status: 0 when every step
 # passed.
 #   usage: scripts/gpu_check.sh OUTDIR   (BENCH_TOKENS=1,8,... and BENCH_ITERS=N override the bench,
@@ -18,6 +18,9 @@ stage=$root/.gpubuild
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
+if [ ! -x "$stage/bin/fp4moe" ] && [ -f "$root/.gpubuild.tar.xz" ]; then
+  tar -C "$root" -xJf "$root/.gpubuild.tar.xz" || { echo "could not unpack $root/.gpubuild.tar.xz"; exit 1; }
+fi
 if [ ! -x "$stage/bin/fp4moe" ]; then
   if command -v nvcc >/dev/null; then
     "$root/scripts/gpu_build.sh" >"$out/build.log" 2>&1 || { echo "build failed, see $out/build.log"; exit 1; }
