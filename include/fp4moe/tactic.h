@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/config.h"
 #include "fp4moe/device_caps.h"
 #include "fp4moe/status.h"
 
@@ -34,6 +35,25 @@ struct GemmProblem {
   std::string to_string() const;    // "fc1 E=256 n=2048 k=6144 rows=64"
 };
 
+// Routing and the permutation of a decode batch done by a chained launch itself (GroupedGemmArgs::routing
+// of FC1 in run_chained, where the family can: can_route_in_chain()). Every CTA routes the tokens from
+// their logits and groups the tokens * topk (token, expert) pairs into rows in shared memory (the
+// engine's fused small-batch front end does the same in its own launch), so no earlier launch has to
+// write expert_offsets, and FC1 reads its rows from `a` (the token rows) through that grouping. One CTA
+// also stores ids, weights, offsets, gather and pair_pos, the bytes the separate front end writes.
+struct DecodeRouting {
+  const MoeConfig* config = nullptr;  // the routing rule (topk, softmax or grouped sigmoid, scaling)
+  const float* logits = nullptr;      // device [tokens, E] fp32
+  const float* bias = nullptr;        // device [E] or null: sigmoid routing's selection bias
+  int64_t tokens = 0;
+  bool append_tokens = false;         // every token also a row of one more expert (index E, rows P .. P + T - 1)
+  int32_t* ids = nullptr;             // device [tokens, topk] out
+  float* weights = nullptr;           // device [tokens, topk] out
+  int32_t* offsets = nullptr;         // device [E + 1] (+1 with append_tokens) out: FC1's and FC2's expert_offsets
+  int32_t* gather = nullptr;          // device [tokens * topk] out: token of grouped row r
+  int32_t* pair_pos = nullptr;        // device [tokens * topk] out: grouped row of pair t * topk + k
+};
+
 // Device pointers for one grouped GEMM. Rows are grouped by expert: expert e owns rows
 // [expert_offsets[e], expert_offsets[e+1]) of the problem. The host never reads the offsets.
 struct GroupedGemmArgs {
@@ -49,6 +69,9 @@ struct GroupedGemmArgs {
   // in the same launch as the others. The sm90 family only; other families refuse it.
   const void* last_expert_weights = nullptr;
   const float* last_expert_scales = nullptr;
+  // Or null: FC1 of a chained launch routes and groups a decode batch itself (DecodeRouting); then `a`
+  // holds the token rows, a_row_index is null and expert_offsets is routing->offsets.
+  const DecodeRouting* routing = nullptr;
   uint16_t* out = nullptr;                  // device bf16 [total_rows, n]; rows past offsets[E] untouched
   void* workspace = nullptr;                // device, workspace_bytes(problem) bytes, zeroed before the
                                             // first run; every run leaves it zero again
@@ -112,6 +135,11 @@ class GroupedGemmTactic {
   // workspace is the one workspace_bytes() sized for the larger of the two problems. Otherwise
   // kUnsupported, and the caller runs the two GEMMs.
   virtual bool can_chain() const { return false; }
+  // Whether run_chained takes FC1's GroupedGemmArgs::routing for this decode batch (after init).
+  virtual bool can_route_in_chain(const MoeConfig& cfg, int64_t tokens) const {
+    (void)cfg, (void)tokens;
+    return false;
+  }
   virtual Status run_chained(const GroupedGemmArgs& fc1, const GroupedGemmArgs& fc2, Stream stream) const {
     (void)fc1, (void)fc2, (void)stream;
     return Status(StatusCode::kUnsupported, desc().name + ": no chained FC1 -> FC2 launch");

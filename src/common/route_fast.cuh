@@ -94,13 +94,22 @@ __device__ __forceinline__ void route_token_fast(const float* __restrict__ row, 
       }
   } else {
     const float* b = bias ? bias + lane * P : nullptr;
+    // Every load first: the division below may call a slow-path subroutine, which the compiler does not
+    // move loads across, so loads interleaved with it were P dependent round trips to memory.
+    float lv[PMAX], bv[PMAX];
+#pragma unroll
+    for (int j = 0; j < PMAX; ++j)
+      if (j < P) {
+        lv[j] = l[j];
+        bv[j] = b ? b[j] : 0.0f;
+      }
     float choice[PMAX];
     float top1 = -INFINITY, top2 = -INFINITY;
 #pragma unroll
     for (int j = 0; j < PMAX; ++j)
       if (j < P) {
-        value[j] = 1.0f / (1.0f + expf(-l[j]));
-        choice[j] = value[j] + (b ? b[j] : 0.0f);
+        value[j] = 1.0f / (1.0f + expf(-lv[j]));
+        choice[j] = value[j] + bv[j];
         if (choice[j] > top1) {
           top2 = top1;
           top1 = choice[j];

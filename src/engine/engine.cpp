@@ -43,6 +43,7 @@ struct BucketTactics {
   GroupedGemmTactic* shared_fc2 = nullptr;
   bool chain = false;  // the routed FC1 and FC2 in one launch (GroupedGemmTactic::run_chained)
   bool fold = false;   // the shared expert as expert E of that launch, where the front end is fused (finish())
+  bool route = false;  // that launch routes the batch itself where the front end is fused (routed())
 };
 
 GemmProblem sized(const GemmProblem& shape, int64_t rows, int64_t max_rows_per_expert) {
@@ -148,6 +149,13 @@ class CudaMoeEngine final : public MoeEngine {
     const bool fold_ok = env_switch("FP4MOE_FOLD_SHARED", true) && shared_nvfp4 && shard_.is_whole() &&
                          w_.shared_fc1.shape.n == w_.fc1.shape.n && w_.shared_fc1.shape.k == w_.fc1.shape.k &&
                          w_.shared_fc2.shape.n == w_.fc2.shape.n && w_.shared_fc2.shape.k == w_.fc2.shape.k;
+    // The chained launch routes and groups a decode batch itself (GroupedGemmArgs::routing) instead of
+    // the fused front end's launch before it (left out, the forward measured 6 us shorter at GLM-5 T=1
+    // and on the TP8 shard): every CTA routes the few tokens in its prologue and FC1 reads the token rows
+    // through its own grouping. Net: GLM-5 T = 1 / 2 -2% / -1.5%, TP8 -7% / -3%, T=8 the same (docs/perf.md,
+    // sm90 step 31). Whole layer or TP shard (the expert shard's dropped pairs stay with the front end).
+    // FP4MOE_ROUTE_IN_CHAIN=0 is the control.
+    const bool route_ok = env_switch("FP4MOE_ROUTE_IN_CHAIN", true) && shard_.is_whole();
     for (int64_t b : buckets_) {
       BucketTactics bt;
       const int64_t rows = b * cfg_.topk;
@@ -176,14 +184,16 @@ class CudaMoeEngine final : public MoeEngine {
       bt.fold = fold_ok && bt.chain && front_small_supported(cfg_, b, permute_experts()) &&
                 bt.fc1->check(folded(sized(w_.fc1.shape, rows, b), b), caps_).ok &&
                 bt.fc1->check(folded(sized(w_.fc2.shape, rows, b), b), caps_).ok;
+      bt.route = route_ok && bt.chain && bt.fc1->can_route_in_chain(cfg_, b);
       if (bt.fold) {  // the shared expert's weights in the chained tactic's layout too
         used.insert({bt.fc1, &w_.shared_fc1});
         used.insert({bt.fc1, &w_.shared_fc2});
       }
       tactics_.push_back(bt);
       if (env_switch("FP4MOE_PRINT_TACTICS", false))
-        log::info("engine", "tokens<={}: fc1 {} fc2 {}{}{}", b, bt.fc1->desc().name, bt.fc2->desc().name,
+        log::info("engine", "tokens<={}: fc1 {} fc2 {}{}{}{}", b, bt.fc1->desc().name, bt.fc2->desc().name,
                   bt.chain ? (bt.fold ? " (chained, shared expert folded in)" : " (chained)") : "",
+                  bt.route ? " (routing in the launch at fused-front sizes)" : "",
                   shared_nvfp4 ? fmt::format(" shared {} / {}", bt.shared_fc1->desc().name, bt.shared_fc2->desc().name)
                                : std::string());
     }
@@ -358,7 +368,21 @@ class CudaMoeEngine final : public MoeEngine {
     a1.a = x;
     a1.a_row_index = ptrs_.gather;
     a1.a_ld = H;
-    if (fused_front(T)) {
+    DecodeRouting dr;  // routing inside the chained launch (bt.route)
+    if (fused_front(T) && bt.route) {
+      dr.config = &cfg_;
+      dr.logits = logits;
+      dr.bias = w_.bias.as<float>();
+      dr.tokens = T;
+      dr.append_tokens = fold;
+      dr.ids = ptrs_.topk_ids;
+      dr.weights = ptrs_.topk_weights;
+      dr.offsets = ptrs_.offsets;
+      dr.gather = ptrs_.gather;
+      dr.pair_pos = ptrs_.pair_pos;
+      a1.routing = &dr;
+      a1.a_row_index = nullptr;  // a1.a = x: the launch reads token rows through its own grouping
+    } else if (fused_front(T)) {
       // Decode: routing, permutation and the copy in one launch (front_small.cu).
       st = launch_front_small(logits, w_.bias.as<float>(), T, cfg_, FrontShard{shard_.first, shard_.count}, x, H,
                               ptrs_.topk_ids, ptrs_.topk_weights, pb, ptrs_.y, stream, fold);

@@ -23,7 +23,7 @@
 #include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
-#include "engine/route_fast.cuh"
+#include "common/route_fast.cuh"
 #include "fp4moe/dtype.h"
 
 namespace fp4moe::engine {

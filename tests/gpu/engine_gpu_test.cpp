@@ -4,9 +4,11 @@
 // from the router weight), for every registered tactic forced and for the built-in heuristic. Outputs
 // are poisoned (0xD5) before every run. Relative L2 <= 1e-2 per layer; routing ids must equal the
 // reference's exactly. Also: device-generated synthetic weights equal host-uploaded ones bit for bit,
-// a CUDA-graph replay equals the eager forward bit for bit, and bad inputs return errors.
+// a CUDA-graph replay equals the eager forward bit for bit, the sm90 chained launch that routes a decode
+// batch itself equals the separate front end bit for bit, and bad inputs return errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -183,6 +185,63 @@ TEST(Small, GatheredCopyEqualsRowIndex) {
   }
 }
 
+// Layers whose decode batches the sm90 chained launch routes itself (E a multiple of 32 up to 256): grouped
+// sigmoid routing with a bias and a shared expert of the routed width (folded into the launch), and softmax
+// routing without one.
+std::vector<MoeConfig> route_in_chain_configs() {
+  std::vector<MoeConfig> cfgs;
+  MoeConfig a = small_config("route-sigmoid-shared", 128, 64, 32, 4);
+  a.routing = RoutingKind::kSigmoidGrouped;
+  a.n_group = 4;
+  a.topk_group = 2;
+  a.norm_topk_prob = true;
+  a.routed_scaling_factor = 2.5f;
+  a.has_correction_bias = true;
+  a.n_shared_experts = 1;
+  a.shared_inter = 64;
+  cfgs.push_back(a);
+  MoeConfig b = small_config("route-softmax", 128, 64, 64, 8);
+  b.norm_topk_prob = true;
+  cfgs.push_back(b);
+  return cfgs;
+}
+
+// The chained launch routing the batch itself (the default) against the fused front end's own launch
+// (FP4MOE_ROUTE_IN_CHAIN=0), tactic `name` forced ("" the heuristic): the same output bytes at each T.
+void expect_route_in_chain_equal(const MoeConfig& cfg, const std::string& name, const std::vector<int64_t>& tokens) {
+  const MoeLayerWeights w = host_layer(LayerCase{cfg.name, cfg, {}});
+  EngineOptions eo;
+  eo.max_tokens = *std::max_element(tokens.begin(), tokens.end());
+  eo.fc1_tactic = eo.fc2_tactic = name;
+  std::unique_ptr<MoeEngine> in_chain, front;
+  Status st = create_with_env("FP4MOE_ROUTE_IN_CHAIN", "", w, eo, &in_chain);
+  ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
+  st = create_with_env("FP4MOE_ROUTE_IN_CHAIN", "0", w, eo, &front);
+  ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
+  for (int64_t T : tokens)
+    EXPECT_EQ(mismatches(forward_once(*in_chain, cfg, T, 47 + T, false), forward_once(*front, cfg, T, 47 + T, false)), 0u)
+        << cfg.name << " " << (name.empty() ? "heuristic" : name) << " T=" << T;
+}
+
+TEST(Small, RouteInChainEqualsFrontEnd) {
+  // Every sm90 tactic that carries the routing prologue (the n8 tiles) forced, and the heuristic's
+  // choice, T from 1 to the 64-pair limit.
+  for (const MoeConfig& cfg : route_in_chain_configs()) {
+    const int64_t max_t = 64 / cfg.topk;
+    std::vector<std::string> names{""};
+    bool sm90 = false;  // the device runs the sm90 family
+    for (const std::string& n : tactics_for_layer(cfg, max_t, true)) {
+      if (n.rfind("sm90.", 0) != 0) continue;
+      sm90 = true;
+      if (find_tactic(n)->can_route_in_chain(cfg, max_t)) names.push_back(n);
+    }
+    if (sm90) {
+      EXPECT_GE(names.size(), 2u) << cfg.name << ": no sm90 tactic routes in its launch";
+    }
+    for (const std::string& name : names) expect_route_in_chain_equal(cfg, name, {1, 3, max_t});
+  }
+}
+
 TEST(Small, GraphReplayBitwise) {
   const LayerCase lc = layer_cases()[1];
   const MoeLayerWeights w = host_layer(lc);
@@ -244,6 +303,12 @@ TEST(Small, Errors) {
 }
 
 // Sanitizer subset: one forward per routing family and shared-expert kind, the heuristic's tactics.
+TEST(Sanitize, RouteInChain) {
+  // The chained launch's own routing under compute-sanitizer (memcheck, racecheck): the heuristic's tactic.
+  const MoeConfig cfg = route_in_chain_configs()[0];
+  expect_route_in_chain_equal(cfg, "", {1, 64 / cfg.topk});
+}
+
 TEST(Sanitize, EngineForward) {
   std::vector<LayerCase> list;
   for (const LayerCase& lc : layer_cases())

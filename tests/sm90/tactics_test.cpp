@@ -495,6 +495,70 @@ TEST_F(Sm90Tactics, RefusesHalfAFoldedLastExpert) {
   }
 }
 
+TEST_F(Sm90Tactics, RefusesRoutingOutsideItsShapes) {
+  // Routing inside the launch (GroupedGemmArgs::routing): only FC1 of a chained launch, for the shapes
+  // the prologue carries, with FC1 reading the token rows directly; each refusal names what is wrong.
+  // The n8 tiles carry the routing prologue (TileConfig::kRoutes); the others refuse every batch.
+  MoeConfig cfg = glm5_config();
+  MoeConfig wide = cfg;
+  wide.num_experts = 512;
+  for (auto& t : tactics()) {
+    SCOPED_TRACE(t->desc().name);
+    const bool routes = t->desc().tile_n == 8;
+    EXPECT_EQ(t->can_route_in_chain(cfg, 8), routes);
+    EXPECT_FALSE(t->can_route_in_chain(cfg, 9)) << "72 pairs";
+    EXPECT_FALSE(t->can_route_in_chain(wide, 1)) << "E = 512";
+    const GemmProblem p1{GemmOp::kFc1SwiGlu, cfg.num_experts, 128, 256, 16, 16};
+    const GemmProblem p2{GemmOp::kFc2, cfg.num_experts, 256, 128, 16, 16};
+    ASSERT_TRUE(t->init(p1).is_ok());
+    DeviceBuffer buf(1 << 20), ws(t->workspace_bytes(p1));
+    int32_t* i32 = static_cast<int32_t*>(buf.get());
+    DecodeRouting r;
+    r.config = &cfg;
+    r.logits = static_cast<const float*>(buf.get());
+    r.tokens = 2;
+    r.ids = r.offsets = r.gather = r.pair_pos = i32;
+    r.weights = static_cast<float*>(buf.get());
+    GroupedGemmArgs a1, a2;
+    a1.problem = p1;
+    a1.a = static_cast<const uint16_t*>(buf.get());
+    a1.a_ld = 256;
+    a1.weights = buf.get();
+    a1.expert_offsets = i32;
+    a1.out = static_cast<uint16_t*>(buf.get());
+    a1.workspace = ws.get();
+    a1.routing = &r;
+    a2 = a1;
+    a2.problem = p2;
+    a2.a = a1.out;
+    a2.a_ld = 128;
+    a2.routing = nullptr;
+    auto expect_refused = [&](const char* what, const char* words) {
+      const Status st = t->run_chained(a1, a2, nullptr);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what << ": " << st.to_string();
+      EXPECT_NE(st.message().find(words), std::string::npos) << what << ": " << st.to_string();
+    };
+    Status st = t->run(a1, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("run_chained"), std::string::npos) << st.to_string();
+    r.tokens = 9;
+    expect_refused("72 pairs", "outside its shapes");
+    r.tokens = 2;
+    if (!routes) {
+      expect_refused("not an n8 tile", "outside its shapes");
+      continue;
+    }
+    a1.a_row_index = i32;
+    expect_refused("a row index", "a_row_index null");
+    a1.a_row_index = nullptr;
+    a1.problem.num_experts = a2.problem.num_experts = cfg.num_experts + 1;  // appended rows not asked for
+    expect_refused("one expert too many", "does not hold");
+    a1.problem.num_experts = a2.problem.num_experts = cfg.num_experts;
+    r.pair_pos = nullptr;
+    expect_refused("no pair_pos", "are all required");
+  }
+}
+
 // FP4MOE_SM90_SPLIT_K for the scope of a test (restored to unset afterwards).
 class ScopedSplitK {
  public:

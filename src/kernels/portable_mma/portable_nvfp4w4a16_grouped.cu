@@ -34,6 +34,8 @@ Status make_params(const std::string& who, const GroupedGemmArgs& args, bool bf1
     return bad(fmt::format("total_rows = {} must be in [0, 2^30]", pr.total_rows));
   if (args.last_expert_weights || args.last_expert_scales)
     return bad("the last expert's weights from their own buffer (last_expert_weights) are an sm90-family feature");
+  if (args.routing)
+    return bad("routing inside the launch (GroupedGemmArgs::routing) is a feature of the sm90 family's chained launch");
   *empty = pr.total_rows == 0;
   if (*empty) return Status::ok();
   if (!args.expert_offsets) return bad("expert_offsets is null");

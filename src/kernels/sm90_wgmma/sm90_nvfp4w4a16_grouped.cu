@@ -115,6 +115,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   Status init(const GemmProblem& p) override {
     (void)p;
     static_schedule_ = static_schedule_requested();
+    prefetch_last_ = env_switch("FP4MOE_SM90_PREFETCH_LAST", true);
     Status ms = split_mode_requested(&split_mode_, desc_.name);
     if (!ms) return ms;
     int dev = 0;
@@ -152,8 +153,20 @@ class Sm90Tactic final : public GroupedGemmTactic {
   // Known before init(): the engine picks tactics for a chained launch before it initialises them.
   bool can_chain() const override { return !static_schedule_requested(); }
 
+  // The chained launch routes a decode batch itself (LaunchParams::route) on the n8 tiles
+  // (TileConfig::kRoutes), for the register routing's shapes with E <= 256 (the prologue carries that one
+  // instantiation) and up to kFrontMaxPairs pairs.
+  bool can_route_in_chain(const MoeConfig& cfg, int64_t tokens) const override {
+    const bool sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped;
+    return Cfg::kRoutes && can_chain() && cfg.num_experts <= 256 &&
+           front_block_fits(route_detail::route_params(cfg), sigmoid, tokens, cfg.num_experts);
+  }
+
   Status run(const GroupedGemmArgs& args, Stream stream) const override {
     const GemmProblem& p = args.problem;
+    if (args.routing)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) needs run_chained", desc_.name));
     LaunchParams prm;
     Status st = fill_op(args, &prm.op[0]);
     if (!st || p.total_rows == 0) return st;
@@ -186,6 +199,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     LaunchParams prm;
     Status st = fill_op(a1, &prm.op[0]);
     if (st) st = fill_op(a2, &prm.op[1]);
+    if (st && a1.routing) st = bind_routing(a1, &prm);
     if (!st || p1.total_rows == 0) return st;
     prm.counters = static_cast<int*>(a1.workspace);
     bind_split(a1.workspace, p1, &prm);  // p2 has the same rows and experts (checked above)
@@ -218,6 +232,57 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm->split_slots = sm_count_ * CTAS;
     prm->split_counters = reinterpret_cast<int*>(static_cast<uint8_t*>(ws) + split_counters_offset(p));
     prm->partials = reinterpret_cast<float4*>(static_cast<uint8_t*>(ws) + partials_offset(p));
+  }
+
+  // FC1's routing inside the launch (GroupedGemmArgs::routing): the batch's shape against the problem
+  // and the prologue's limits, then the front end's parameters; FC1 reads its rows from a through the
+  // CTA's own grouping.
+  Status bind_routing(const GroupedGemmArgs& a1, LaunchParams* prm) const {
+    const DecodeRouting& r = *a1.routing;
+    const GemmProblem& p = a1.problem;
+    auto bad = [&](const std::string& what) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: routing inside the launch: {}", desc_.name, what));
+    };
+    if (!r.config || !r.logits || !r.ids || !r.weights || !r.offsets || !r.gather || !r.pair_pos)
+      return bad("config, logits and the ids, weights, offsets, gather and pair_pos outputs are all required");
+    const MoeConfig& cfg = *r.config;
+    if (!can_route_in_chain(cfg, r.tokens))
+      return bad(fmt::format("{} tokens of {} are outside its shapes (E <= 256, at most {} pairs, the register "
+                             "routing's group layout)",
+                             r.tokens, cfg.to_string(), kFrontMaxPairs));
+    const int64_t rows = r.tokens * cfg.topk + (r.append_tokens ? r.tokens : 0);
+    if (p.num_experts != cfg.num_experts + (r.append_tokens ? 1 : 0) || p.total_rows < rows)
+      return bad(fmt::format("FC1 {} does not hold {} tokens x top-{} over {} experts{}", p.to_string(), r.tokens,
+                             cfg.topk, cfg.num_experts, r.append_tokens ? " plus the appended rows" : ""));
+    if (a1.a_row_index != nullptr || a1.expert_offsets != r.offsets)
+      return bad("FC1 must read the token rows directly (a_row_index null) and take routing->offsets as its "
+                 "expert_offsets");
+    RouteFront& f = prm->front;
+    f.logits = r.logits;
+    f.rp = route_detail::route_params(cfg);
+    f.sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped ? 1 : 0;
+    f.bias = f.sigmoid ? r.bias : nullptr;
+    f.tokens = static_cast<int>(r.tokens);
+    f.pexperts = static_cast<int>(cfg.num_experts);
+    f.append = r.append_tokens ? 1 : 0;
+    f.ids = r.ids;
+    f.weights = r.weights;
+    f.offsets = r.offsets;
+    f.gather = r.gather;
+    f.pair_pos = r.pair_pos;
+    prm->route = 1;
+    prm->op[0].tok_tma = 0;
+    prm->op[0].rows_from_route = 1;
+    // The folded last expert's weights prefetched into L2 behind the routing where every routed FC1 tile
+    // fits the first wave even if each pair has its own expert (GLM-5 T=1: 8 x 16 m-tiles on 132 SMs):
+    // its FC1 parts and FC2 items then run in the chain's tail, soon after. Measured: GLM-5 T=1 -2.5 us;
+    // at T=2 (two waves) +1.5 us, so not there. FP4MOE_SM90_PREFETCH_LAST=0 is the control.
+    const int64_t mtiles0 = (prm->op[0].tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
+    prm->prefetch_last = prefetch_last_ && a1.last_expert_weights != nullptr &&
+                                 r.tokens * cfg.topk * mtiles0 <= int64_t(sm_count_) * CTAS
+                             ? 1
+                             : 0;
+    return Status::ok();
   }
 
   // Upper bound on the units of one GEMM: every expert may add a partial token tile.
@@ -261,7 +326,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm.k = static_cast<int>(p.k);
     prm.tiles64 = static_cast<int>(g.tiles);
     prm.kchunks = static_cast<int>(g.kchunks);
-    if (args.a_row_index == nullptr && p.total_rows > 0) {  // contiguous rows: the producer loads tokens with TMA
+    // Contiguous rows: the producer loads tokens with TMA (not rows a launch groups itself, bind_routing).
+    if (args.a_row_index == nullptr && args.routing == nullptr && p.total_rows > 0) {
       Status st = encode_token_map(args.a, p.total_rows, p.k, args.a_ld, BN, &prm.tok_map, desc_.name);
       if (!st) return st;
       prm.tok_tma = 1;
@@ -286,6 +352,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   int sm_count_ = 0;
   bool static_schedule_ = false;  // FP4MOE_SM90_STATIC_SCHEDULE
   int split_mode_ = 0;            // FP4MOE_SM90_SPLIT_K (LaunchParams::split_mode)
+  bool prefetch_last_ = true;     // FP4MOE_SM90_PREFETCH_LAST (LaunchParams::prefetch_last)
 };
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};

@@ -15,6 +15,8 @@
 //   warpgroups 1 .. CONS  consumers: setmaxnreg.inc to 224 (96 with two CTAs per SM, 104 with four
 //                consumers); dequantise the NVFP4 weights into wgmma A registers and run RS wgmma
 //                against the token tile (sm90_consumer.cuh).
+// A chained launch of a decode batch may route it itself (LaunchParams::route): every CTA routes and groups
+// the few tokens in its prologue (route_prologue) instead of reading the offsets an earlier launch wrote.
 // Shared memory: the stage ring, 2 x STAGES + 16 mbarriers, the work-list table (byte offsets in
 // tile_config.h). Barriers: full[s] expects 1 + 32 arrivals plus the stage's TMA bytes; empty[s]
 // expects 128 CONS arrivals (every consumer thread).
@@ -25,6 +27,7 @@
 
 #include <cstdint>
 
+#include "common/front_block.cuh"
 #include "common/pdl_launch.h"
 #include "kernels/sm90_wgmma/sm90_consumer.cuh"
 #include "kernels/sm90_wgmma/sm90_epilogue.cuh"
@@ -54,6 +57,9 @@ struct Params {
   const uint8_t* last_weights = nullptr;
   const float* last_scales = nullptr;       // FC1 [2], FC2 [1]
   uint16_t* out = nullptr;                  // bf16 [total_rows, n]
+  // 1: FC1 of a launch that routes its batch itself (LaunchParams::route): problem row r reads
+  // a[token of r], the token from the CTA's own grouping in shared memory (a_row_index null, tok_tma 0).
+  int rows_from_route = 0;
   int num_experts = 0;                      // <= kMaxExperts
   int n = 0;                                // output columns
   int k = 0;                                // reduction length (multiple of 16)
@@ -75,6 +81,16 @@ struct Params {
 // a kernel boundary: the FC1 tail overlaps FC2's first weight copies (docs/perf.md, sm90 steps 18-21).
 struct LaunchParams {
   Params op[2];            // op[1] only for kChain
+  // A chained launch of a decode batch may route it itself (route != 0; GroupedGemmArgs::routing): every
+  // CTA runs common/front_block.cuh in its prologue, which yields the expert offsets (instead of reading
+  // op[0].expert_offsets, which CTA 0 also writes) and the token of each grouped row; E <= 256, and only
+  // the tiles with TileConfig::kRoutes.
+  int route = 0;
+  RouteFront front;
+  // 1: the folded last expert's weights (Params::last_weights, both ops) are prefetched into L2 in the
+  // prologue, while HBM is idle behind the routing; the host sets it where the routed FC1 tiles fit one
+  // wave of CTAs, so those weights are read in the chain's tail, soon after (sm90 step 31).
+  int prefetch_last = 0;
   // Workspace: [2] schedule counters, then (kChain) FC1 signals in all and one count per token tile;
   // null: the static schedule.
   int* counters = nullptr;
@@ -151,6 +167,26 @@ __device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][
   return last;
 }
 
+// Route and group the batch in the prologue (common/front_block.cuh): the offsets go straight into the
+// work table's copy, the token of each row into s_rows_routed; the other arrays use stage 0's token bytes,
+// which no copy fills before the kernel's next __syncthreads. CTA 0 stores the maps for finalize.
+// Not inlined: inlined, its ~4,600 instructions (both routing rules, unrolled) sat in front of the main
+// loop and the chained kernel ran 3 us slower at GLM-5 T=1 even when it did not route (docs/perf.md, sm90
+// step 31); called, the kernel's own code is laid out as before and the call needs no stack.
+template <class Cfg>
+__device__ __noinline__ void route_prologue(const LaunchParams& p, uint8_t* smem, int32_t* s_rows_routed,
+                                           int32_t* s_offsets) {
+  int32_t* scratch = reinterpret_cast<int32_t*>(smem);
+  static_assert(Cfg::kTokenBytes >= (3 * kFrontMaxPairs + 32) * 4, "the routing scratch fits stage 0's tokens");
+  const FrontScratch fs{scratch, reinterpret_cast<float*>(scratch + kFrontMaxPairs), scratch + 2 * kFrontMaxPairs,
+                        s_rows_routed, s_offsets, scratch + 3 * kFrontMaxPairs};
+  if (p.front.sigmoid)
+    front_route_permute<true, 8>(p.front, fs, blockIdx.x == 0);
+  else
+    front_route_permute<false, 8>(p.front, fs, blockIdx.x == 0);
+  fence_proxy_async_smem();  // the scratch bytes before the copies (TMA: the async proxy) overwrite them
+}
+
 template <LaunchMode kMode>
 __device__ __forceinline__ bool op_is_fc1(int o) {
   return kMode == LaunchMode::kFc1 || (kMode == LaunchMode::kChain && o == 0);
@@ -173,6 +209,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   using Space = ItemSpace<Cfg, kMode, LaunchParams>;
   static_assert(sizeof(Space) <= sizeof(int32_t) * kItemSpaceInts, "tile_config.h reserves too little for ItemSpace");
   Space* s_space = reinterpret_cast<Space*>(s_flag + Cfg::kConsumers);
+  int32_t* s_rows_routed = reinterpret_cast<int32_t*>(s_space) + kItemSpaceInts;  // [kRoutedRows]
+  static_assert(kRoutedRows >= kFrontMaxRows, "tile_config.h reserves too few routed rows");
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int num_experts = p.op[0].num_experts;
@@ -187,13 +225,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   }
   // With programmatic dependent launch (common/pdl_launch.h, on unless FP4MOE_PDL=0) everything above
   // overlaps the previous kernel's tail; nothing global is touched before this wait.
+  // The folded last expert's weights (LaunchParams::prefetch_last): each CTA asks L2 for its share while
+  // it waits and routes (the weights are constant, so before the wait is fine).
+  if (kMode == LaunchMode::kChain && p.prefetch_last && threadIdx.x == 0) {
+    for (int o = 0; o < 2; ++o) {
+      const Params& q = p.op[o];
+      if (q.last_weights == nullptr) continue;
+      const int64_t bytes = int64_t(q.tiles64) * q.kchunks * kPackBlockBytes;
+      const int64_t share = (bytes / gridDim.x + 15) / 16 * 16;
+      const int64_t lo = share * blockIdx.x, hi = lo + share < bytes ? lo + share : bytes;
+      for (int64_t a = lo; a < hi; a += 32768)
+        bulk_prefetch_l2(q.last_weights + a, static_cast<uint32_t>(hi - a < 32768 ? hi - a : 32768));
+    }
+  }
   pdl_wait();
   if (threadIdx.x == 0) {
     FP4MOE_TRACE_PUT(static_cast<int>(kMode), 0, FP4MOE_TRACE_SMID());
     FP4MOE_TRACE_PUT(static_cast<int>(kMode), 1, FP4MOE_TRACE_NOW());
   }
+  if constexpr (kMode == LaunchMode::kChain && Cfg::kRoutes) {
+    if (p.route) route_prologue<Cfg>(p, smem, s_rows_routed, s_offsets);
+  }
   if (warp == 1) {
-    build_work_table<Cfg::kBN>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
+    if (kMode == LaunchMode::kChain && Cfg::kRoutes && p.route)
+      build_work_table<Cfg::kBN, false>(s_offsets, num_experts, s_prefix, s_offsets, lane);
+    else
+      build_work_table<Cfg::kBN>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
     // The launch's item space (and split choice) once per CTA, in shared memory: every role reads the
     // few fields it needs per item there instead of holding them in registers.
     __syncwarp();

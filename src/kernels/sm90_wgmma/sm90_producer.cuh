@@ -136,6 +136,8 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
   int32_t* s_rows = s_prefix + 2 * (kMaxExperts + 1);
   const int32_t* s_items = s_rows + Cfg::kBN;
+  // The token of each grouped row of a batch the launch routed itself (after the split flags and the item space).
+  const int32_t* s_rows_routed = s_items + kItemRing * kItemInts + Cfg::kConsumers + kItemSpaceInts;
   // A chained FC2 item's token tile is ready when both consumer warpgroups of each FC1 m-tile signalled it.
   // Only the part of a split FC1 tile that finishes it signals.
   const int tile_ready = Cfg::kConsumers * space.mtiles0;
@@ -167,7 +169,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
     __syncwarp();
     for (int r = lane; r < Cfg::kBN; r += 32) {
       const int row = it.row_begin + r;
-      s_rows[r] = row < it.row_end ? (q.a_row_index ? q.a_row_index[row] : row) : -1;
+      s_rows[r] = row < it.row_end ? (q.rows_from_route ? s_rows_routed[row] : q.a_row_index ? q.a_row_index[row] : row) : -1;
     }
     __syncwarp();
     if (kMode == LaunchMode::kChain && o == 1 && !fc1_done) {

@@ -45,10 +45,14 @@ struct WorkItem {
   int row_end = 0;     // one past the last valid row (row_begin < row_end <= row_begin + BN)
 };
 
-// One warp builds the table. num_experts <= kMaxExperts (checked on the host).
-template <int BN>
-__device__ void build_work_table(const int32_t* __restrict__ offsets, int num_experts, int32_t* s_prefix,
-                                 int32_t* s_offsets, int lane) {
+// One warp builds the table. num_experts <= kMaxExperts (checked on the host). kCopy = false: offsets is
+// s_offsets itself (a launch that routed its batch in shared memory), which then is not written. (A
+// run-time flag instead of the template parameter changed how the copying loop compiled: every kernel's
+// start measured about 1 us later.)
+template <int BN, bool kCopy = true>
+__device__ void build_work_table(const int32_t* offsets, int num_experts, int32_t* s_prefix, int32_t* s_offsets,
+                                 int lane) {
+  constexpr bool copy = kCopy;
   const int per_lane = (num_experts + 31) / 32;
   const int first = lane * per_lane;
   int local = 0;
@@ -56,7 +60,7 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
     const int e = first + i;
     if (e < num_experts) {
       const int lo = offsets[e], hi = offsets[e + 1];
-      s_offsets[e] = lo;
+      if (copy) s_offsets[e] = lo;
       local += (hi - lo + BN - 1) / BN;
     }
   }
@@ -71,7 +75,7 @@ __device__ void build_work_table(const int32_t* __restrict__ offsets, int num_ex
   }
   if (lane == 31) {
     s_prefix[num_experts] = incl;
-    s_offsets[num_experts] = offsets[num_experts];
+    if (copy) s_offsets[num_experts] = offsets[num_experts];
   }
 }
 

@@ -20,7 +20,9 @@
 //   then the item ring [kItemRing][kItemInts] (int32): the work items the producer fetched and decoded,
 //   in order, for the token producer and the consumers,
 //   then one flag per consumer warpgroup (int32): "this split finished its tile" (split reduction),
-//   then the launch's item space (sm90_scheduler.cuh, ItemSpace: kItemSpaceInts int32).
+//   then the launch's item space (sm90_scheduler.cuh, ItemSpace: kItemSpaceInts int32),
+//   then the token of each grouped row when the launch routes a decode batch itself [kRoutedRows] (int32;
+//   the routing's other scratch arrays use stage 0's token bytes before the producers start).
 #pragma once
 #include <cstdint>
 
@@ -41,6 +43,7 @@ constexpr int kItemInts = 10;               // int32 per item ring slot: the dec
 // decode tiles (BN <= 16, a few floats per thread) split.
 constexpr int kMaxSplit = 8;
 constexpr int kItemSpaceInts = 12;          // shared-memory room for the launch's ItemSpace
+constexpr int kRoutedRows = 128;            // grouped rows of a batch the launch routes itself (front_block.cuh)
 constexpr int kMaxSplitItems = 1024;
 constexpr int kMinAutoSplitStages = 4;      // the automatic choice leaves every split this many stages
 constexpr bool split_capable(int bn) { return bn <= 16; }
@@ -85,8 +88,12 @@ struct TileConfig {
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
   static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing) * 8;
-  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + CONS + kItemSpaceInts) * 4;
+  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + CONS + kItemSpaceInts + kRoutedRows) * 4;
   static constexpr bool kSplitCapable = split_capable(BN);
+  // The chained kernel can route a decode batch in its prologue (LaunchParams::route): the n8 tiles,
+  // which the heuristic gives the batches that routing serves (at most 64 pairs: a few rows per expert).
+  // In the two-CTA n16 k128 kernel (80 registers) the routing code made ptxas spill in the prologue.
+  static constexpr bool kRoutes = BN == 8;
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
 
