@@ -162,6 +162,22 @@ TEST(Small, SerialStreamEqualsOverlap) {
   EXPECT_EQ(mismatches(forward_once(*overlap, lc.cfg, 33, 41, false), forward_once(*serial, lc.cfg, 33, 41, false)), 0u);
 }
 
+// The forward bytes of an engine created with the environment variable `name` = `a` against one created
+// with `name` = `b` (options eo, weights w), at each T, for the inputs of `seed`.
+void expect_env_variants_equal(const MoeLayerWeights& w, const MoeConfig& cfg, const EngineOptions& eo,
+                               const char* name, const char* a, const char* b, const std::vector<int64_t>& tokens,
+                               uint64_t seed) {
+  const std::string label = eo.fc1_tactic.empty() ? "heuristic" : eo.fc1_tactic;
+  std::unique_ptr<MoeEngine> ea, eb;
+  Status st = create_with_env(name, a, w, eo, &ea);
+  ASSERT_TRUE(st.is_ok()) << label << ": " << st.to_string();
+  st = create_with_env(name, b, w, eo, &eb);
+  ASSERT_TRUE(st.is_ok()) << label << ": " << st.to_string();
+  for (int64_t T : tokens)
+    EXPECT_EQ(mismatches(forward_once(*ea, cfg, T, seed, false), forward_once(*eb, cfg, T, seed, false)), 0u)
+        << cfg.name << " " << label << " " << name << "='" << a << "' vs '" << b << "' T=" << T;
+}
+
 TEST(Small, GatheredCopyEqualsRowIndex) {
   // FC1 reading its token rows from the grouped copy (the default: contiguous rows, the sm90 family's TMA
   // path) gives the same bytes as reading them through the row index (FP4MOE_FC1_GATHER=index), for the
@@ -174,14 +190,7 @@ TEST(Small, GatheredCopyEqualsRowIndex) {
     EngineOptions eo;
     eo.max_tokens = 33;
     eo.fc1_tactic = eo.fc2_tactic = name;
-    std::unique_ptr<MoeEngine> copy, index;
-    Status st = create_with_env("FP4MOE_FC1_GATHER", "", w, eo, &copy);
-    ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
-    st = create_with_env("FP4MOE_FC1_GATHER", "index", w, eo, &index);
-    ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
-    for (int64_t T : {1, 33})
-      EXPECT_EQ(mismatches(forward_once(*copy, lc.cfg, T, 43, false), forward_once(*index, lc.cfg, T, 43, false)), 0u)
-          << (name.empty() ? "heuristic" : name) << " T=" << T;
+    expect_env_variants_equal(w, lc.cfg, eo, "FP4MOE_FC1_GATHER", "", "index", {1, 33}, 43);
   }
 }
 
@@ -209,18 +218,11 @@ std::vector<MoeConfig> route_in_chain_configs() {
 // The chained launch routing the batch itself (the default) against the fused front end's own launch
 // (FP4MOE_ROUTE_IN_CHAIN=0), tactic `name` forced ("" the heuristic): the same output bytes at each T.
 void expect_route_in_chain_equal(const MoeConfig& cfg, const std::string& name, const std::vector<int64_t>& tokens) {
-  const MoeLayerWeights w = host_layer(LayerCase{cfg.name, cfg, {}});
   EngineOptions eo;
   eo.max_tokens = *std::max_element(tokens.begin(), tokens.end());
   eo.fc1_tactic = eo.fc2_tactic = name;
-  std::unique_ptr<MoeEngine> in_chain, front;
-  Status st = create_with_env("FP4MOE_ROUTE_IN_CHAIN", "", w, eo, &in_chain);
-  ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
-  st = create_with_env("FP4MOE_ROUTE_IN_CHAIN", "0", w, eo, &front);
-  ASSERT_TRUE(st.is_ok()) << name << ": " << st.to_string();
-  for (int64_t T : tokens)
-    EXPECT_EQ(mismatches(forward_once(*in_chain, cfg, T, 47 + T, false), forward_once(*front, cfg, T, 47 + T, false)), 0u)
-        << cfg.name << " " << (name.empty() ? "heuristic" : name) << " T=" << T;
+  expect_env_variants_equal(host_layer(LayerCase{cfg.name, cfg, {}}), cfg, eo, "FP4MOE_ROUTE_IN_CHAIN", "", "0", tokens,
+                            47);
 }
 
 TEST(Small, RouteInChainEqualsFrontEnd) {
