@@ -25,7 +25,6 @@
 #include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
-#include "common/route_fast.cuh"
 
 namespace fp4moe::engine {
 

@@ -92,7 +92,7 @@ struct TileConfig {
   static constexpr bool kSplitCapable = split_capable(BN);
   // The chained kernel can route a decode batch in its prologue (LaunchParams::route): the n8 tiles,
   // which the heuristic gives the batches that routing serves (at most 64 pairs: a few rows per expert).
-  // In the two-CTA n16 k128 kernel (80 registers) the routing code made ptxas spill in the prologue.
+  // Inlined into the two-CTA n16 k128 kernel (80 registers), the routing code made ptxas spill there.
   static constexpr bool kRoutes = BN == 8;
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
