@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Summarises bench_sm90 --trace records (src/kernels/sm90_wgmma/sm90_trace.cuh): per T and run, each
-launch's span, and for its items the time from the launch's first CTA entry to the first weight copy,
+"""Summarises bench_sm90 --trace and fp4moe bench --trace records (src/kernels/sm90_wgmma/sm90_trace.cuh): per T and run, each
+launch's span, its CTAs' routing and set-up, and for its items the time from the launch's first CTA entry to the first weight copy,
 the consumer start and end, and how many items were in flight in 2-us windows.
 
     tools/sm90_timeline.py TRACE.csv [--windows]
@@ -42,6 +42,12 @@ def main():
             print(f"  {MODES[m]}: {len(ctas)} CTAs, entry {min(entries)/1e3:.1f}..{max(entries)/1e3:.1f} us "
                   f"(median {statistics.median(entries)/1e3:.1f}), exit {min(exits)/1e3:.1f}..{max(exits)/1e3:.1f} us, "
                   f"{len(items)} items")
+            # Each CTA's prologue: routing done (a launch that routes its batch itself) and set-up done.
+            heads = {int(r["cta"]): r for r in rs}.values()
+            for col, name in (("routed_ns", "routed"), ("setup_ns", "set-up done")):
+                v = [int(r[col]) / 1e3 for r in heads if int(r.get(col, -1) or -1) >= 0]
+                if v:
+                    print(f"    {name} p10/50/90 {pct(v,.1):.1f}/{pct(v,.5):.1f}/{pct(v,.9):.1f} us")
             if not items:
                 continue
             per_cta = defaultdict(int)

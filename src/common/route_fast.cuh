@@ -117,24 +117,29 @@ __device__ __forceinline__ void route_token_fast(const float* __restrict__ row, 
           top2 = choice[j];
         }
       }
-    // Merge the two largest across the group's lanes (32 / n_group lanes, aligned).
-    const int group_lanes = 32 / rp.n_group;
-    for (int o = 1; o < group_lanes; o <<= 1) {
-      const float o1 = __shfl_xor_sync(0xffffffffu, top1, o), o2 = __shfl_xor_sync(0xffffffffu, top2, o);
-      const float hi = fmaxf(top1, o1), lo = fminf(top1, o1);
-      top2 = fmaxf(lo, fmaxf(top2, o2));
-      top1 = hi;
+    // Group selection; every group is kept when topk_group >= n_group (GLM-5: one group), so the merge and
+    // the ranking below (six shuffle round trips) are skipped there.
+    bool kept = true;
+    if (rp.topk_group < rp.n_group) {
+      // Merge the two largest across the group's lanes (32 / n_group lanes, aligned).
+      const int group_lanes = 32 / rp.n_group;
+      for (int o = 1; o < group_lanes; o <<= 1) {
+        const float o1 = __shfl_xor_sync(0xffffffffu, top1, o), o2 = __shfl_xor_sync(0xffffffffu, top2, o);
+        const float hi = fmaxf(top1, o1), lo = fminf(top1, o1);
+        top2 = fmaxf(lo, fmaxf(top2, o2));
+        top1 = hi;
+      }
+      const int G = E / rp.n_group;
+      const float gscore = G == 1 ? top1 : top1 + top2;
+      const int my_group = lane / group_lanes;
+      // Rank of my group: groups with a larger score, or an equal score and a lower index.
+      int beaten_by = 0;
+      for (int g = 0; g < rp.n_group; ++g) {
+        const float other = __shfl_sync(0xffffffffu, gscore, g * group_lanes);
+        beaten_by += (other > gscore || (other == gscore && g < my_group)) ? 1 : 0;
+      }
+      kept = beaten_by < rp.topk_group;
     }
-    const int G = E / rp.n_group;
-    const float gscore = G == 1 ? top1 : top1 + top2;
-    const int my_group = lane / group_lanes;
-    // Rank of my group: groups with a larger score, or an equal score and a lower index.
-    int beaten_by = 0;
-    for (int g = 0; g < rp.n_group; ++g) {
-      const float other = __shfl_sync(0xffffffffu, gscore, g * group_lanes);
-      beaten_by += (other > gscore || (other == gscore && g < my_group)) ? 1 : 0;
-    }
-    const bool kept = beaten_by < rp.topk_group;
 #pragma unroll
     for (int j = 0; j < PMAX; ++j)
       if (j < P) key[j] = kept ? order_key(choice[j]) : 0u;
@@ -170,6 +175,7 @@ __device__ __forceinline__ void route_token_fast(const float* __restrict__ row, 
   }
   // Normalise exactly like the reference: sequential sum in rank order.
   float wsum = 0.0f;
+#pragma unroll 8
   for (int j = 0; j < K; ++j) wsum = __fadd_rn(wsum, __shfl_sync(0xffffffffu, my_w, j));
   const float denom = kSigmoid ? __fadd_rn(wsum, 1e-20f) : wsum;
   if (lane < K) {

@@ -30,6 +30,7 @@
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
 #include "kernels/sm90_wgmma/sm90_trace.cuh"
+#include "kernels/sm90_wgmma/trace_csv.h"
 #include "sm90_test_util.h"
 
 namespace fp4moe {
@@ -231,7 +232,7 @@ int run(int argc, char** argv) {
       fmt::print(stderr, "bench_sm90 --trace: cannot open {} for writing\n", trace_path);
       return 2;
     }
-    fmt::print(trace_out.get(), "T,run,mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns\n");
+    fmt::print(trace_out.get(), "T,run,{}\n", sm90::kTraceCsvColumns);
     ws1 = std::make_unique<DeviceBuffer>(ops->bytes(ps1));
     ws2 = std::make_unique<DeviceBuffer>(ops->bytes(ps2));
     SM90_CUDA_OK(cudaMemset(ws1->get(), 0x37, ws1->size()));
@@ -421,25 +422,7 @@ int run(int argc, char** argv) {
         SM90_CUDA_OK(cudaStreamSynchronize(s));
         std::vector<unsigned long long> rec(trace_buf->size() / 8);
         trace_buf->download(rec.data(), trace_buf->size());
-        unsigned long long t0 = ~0ull;
-        for (int m = 0; m < 3; ++m)
-          for (int c = 0; c < sm90::kTraceMaxCtas; ++c) {
-            const unsigned long long e = rec[(size_t(m) * sm90::kTraceMaxCtas + c) * sm90::kTraceWords + 1];
-            if (e) t0 = std::min(t0, e);
-          }
-        auto rel = [&](unsigned long long v) { return v ? static_cast<long long>(v - t0) : -1ll; };
-        for (int m = 0; m < 3; ++m)
-          for (int c = 0; c < sm90::kTraceMaxCtas; ++c) {
-            const unsigned long long* w = &rec[(size_t(m) * sm90::kTraceMaxCtas + c) * sm90::kTraceWords];
-            if (!w[1]) continue;
-            const int n = static_cast<int>(std::min<unsigned long long>(w[3], sm90::kTraceMaxItems));
-            for (int j = 0; j < std::max(n, 1); ++j) {
-              const unsigned long long* it = w + 6 + 6 * j;
-              fmt::print(trace_out.get(), "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", T, runs[run], m, c, w[0], rel(w[1]),
-                         rel(w[4]), rel(w[2]), n ? j : -1, n ? static_cast<long long>(it[0]) : -1ll, n ? rel(it[1]) : -1ll,
-                         n ? rel(it[2]) : -1ll, n ? rel(it[3]) : -1ll, n ? rel(it[4]) : -1ll, n ? rel(it[5]) : -1ll);
-            }
-          }
+        fmt::print(trace_out.get(), "{}", sm90::trace_csv_rows(rec, fmt::format("{},{},", T, runs[run])));
       }
       cudaEventDestroy(fork);
       cudaEventDestroy(join);

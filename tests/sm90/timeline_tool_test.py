@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tools/sm90_timeline.py on a hand-written bench_sm90 --trace file: the per-launch summary (CTAs, entry and
-exit spans, items per CTA, first and later items' percentiles, items in flight per window) must match
+exit spans, routing and set-up, items per CTA, first and later items' percentiles, items in flight per window) must match
 what the records say, and a missing argument prints the usage. No GPU needed."""
 import os
 import subprocess
@@ -8,12 +8,12 @@ import sys
 import tempfile
 
 TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "sm90_timeline.py")
-HEADER = "T,run,mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns\n"
+HEADER = "T,run,mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns,routed_ns\n"
 
 
 def row(cta, sm, j, item, start_us, end_us, exit_us=10.0):
     ns = lambda us: int(us * 1000)
-    return "1,chain,2,%d,%d,0,1200,%d,%d,%d,%d,%d,%d,%d,%d\n" % (
+    return "1,chain,2,%d,%d,0,1200,%d,%d,%d,%d,%d,%d,%d,%d,800\n" % (
         cta, sm, ns(exit_us), j, item, ns(start_us - 0.3), ns(start_us - 0.2), ns(start_us), ns(end_us),
         ns(end_us - 0.3))
 
@@ -34,6 +34,8 @@ def main():
             "== T=1 chain",
             "chain: 2 CTAs, entry 0.0..0.0 us",
             "exit 8.5..9.5 us, 3 items",
+            "routed p10/50/90 0.8/0.8/0.8 us",
+            "set-up done p10/50/90 1.2/1.2/1.2 us",
             "items per CTA: 1:1, 2:1",
             "first item (2):",
             "later items (1):",

@@ -16,6 +16,10 @@
 // [r*E/N, (r+1)*E/N) (plus the shared expert on rank 0), routing stays global over all E experts and the
 // pairs routed to other ranks are dropped. For an EP shard, touched bytes count the local experts that
 // received a token and FLOPs the local pairs (2 * 3 * I * H each); the table and bench.json name the shard.
+//
+// --trace FILE (a build configured with -DFP4MOE_SM90_TRACE=ON, src/kernels/sm90_wgmma/sm90_trace.cuh):
+// after timing each T, one more replay with the sm90 kernels' timeline records cleared, written as CSV
+// (run "forward"; tools/sm90_timeline.py summarises it).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -39,6 +43,11 @@
 #ifdef FP4MOE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#if defined(FP4MOE_HAVE_CUDA) && defined(FP4MOE_SM90_TRACE)
+#include "kernels/sm90_wgmma/sm90_family.h"
+#include "kernels/sm90_wgmma/sm90_trace.cuh"
+#include "kernels/sm90_wgmma/trace_csv.h"
+#endif
 
 namespace fp4moe::cli {
 namespace {
@@ -58,6 +67,7 @@ struct BenchOptions {
   std::string tactic;         // force one tactic for FC1 and FC2
   std::string family;         // choose only among this family's tactics
   std::string dump_dir;
+  std::string trace_path;     // --trace FILE: sm90 timeline records of one replay per T (trace builds)
 };
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -200,6 +210,22 @@ int bench_command(const BenchOptions& o) {
   if (!st.is_ok()) throw Error(st.code(), "engine creation: " + st.message());
   cudaStream_t s;
   cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace_out(nullptr, &std::fclose);
+  std::unique_ptr<DevMem> trace_buf;
+  if (!o.trace_path.empty()) {
+#ifdef FP4MOE_SM90_TRACE
+    trace_buf = std::make_unique<DevMem>(sm90::kTraceBytes);
+    cuda_ok(cudaMemset(trace_buf->p, 0, sm90::kTraceBytes), "cudaMemset trace");
+    const Status ts = sm90::set_trace_buffer(trace_buf->p);
+    if (!ts.is_ok()) throw Error(ts.code(), "--trace: " + ts.message());
+    trace_out.reset(std::fopen(o.trace_path.c_str(), "w"));
+    FP4MOE_CHECK(trace_out != nullptr, StatusCode::kIoError, "--trace: cannot open {} for writing", o.trace_path);
+    fmt::print(trace_out.get(), "T,run,{}\n", sm90::kTraceCsvColumns);
+#else
+    throw Error(StatusCode::kUnsupported,
+                "--trace: this build records no sm90 timeline (configure with -DFP4MOE_SM90_TRACE=ON)");
+#endif
+  }
   const double copy_tbs = measure_copy_tbs(s);
   fmt::print("device: {} (sm_{}, {} SMs), copy ceiling {:.2f} TB/s (measured), bf16 matmul ceiling {:.0f} TFLOP/s "
              "(given)\n",
@@ -259,6 +285,16 @@ int bench_command(const BenchOptions& o) {
     cuda_ok(cudaEventElapsedTime(&total_ms, e0, e1), "cudaEventElapsedTime");
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+#ifdef FP4MOE_SM90_TRACE
+    if (trace_out) {  // one more replay with the records cleared
+      cuda_ok(cudaMemset(trace_buf->p, 0, sm90::kTraceBytes), "cudaMemset trace");
+      cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+      cuda_ok(cudaStreamSynchronize(s), "trace replay");
+      std::vector<unsigned long long> rec(sm90::kTraceBytes / 8);
+      cuda_ok(cudaMemcpy(rec.data(), trace_buf->p, sm90::kTraceBytes, cudaMemcpyDeviceToHost), "cudaMemcpy trace");
+      fmt::print(trace_out.get(), "{}", sm90::trace_csv_rows(rec, fmt::format("{},forward,", T)));
+    }
+#endif
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
 
@@ -288,6 +324,13 @@ int bench_command(const BenchOptions& o) {
     }
   }
   cudaStreamDestroy(s);
+#ifdef FP4MOE_SM90_TRACE
+  if (trace_out) {
+    (void)sm90::set_trace_buffer(nullptr);
+    trace_out.reset();
+    fmt::print("timeline records written to {}\n", o.trace_path);
+  }
+#endif
 
   fmt::print("\n{}\n{:>6} {:>8} {:>7} {:>11} {:>9} {:>9} {:>10} {:>8}  {}\n", shape.shard, "T", "experts", "pairs",
              "time (us)", "TB/s", "TFLOP/s", "floor (us)", "% floor", "tactics (fc1 / fc2)");
@@ -361,6 +404,9 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--family", o->family, "choose only among the tactics of this family (e.g. portable)");
   sub.add_option("--dump-dir", o->dump_dir, "write bench.json and routing_T<T>_{ids,weights}.bin here (existing directory)")
       ->check(CLI::ExistingDirectory);
+  sub.add_option("--trace", o->trace_path,
+                 "write the sm90 kernels' timeline records of one replay per T to this CSV file (builds "
+                 "configured with -DFP4MOE_SM90_TRACE=ON)");
   preset->excludes(config);
   return [o]() {
     if (!o->config_path.empty()) require_existing(o->config_path, "--config file");

@@ -203,6 +203,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     if (!st || p1.total_rows == 0) return st;
     prm.counters = static_cast<int*>(a1.workspace);
     bind_split(a1.workspace, p1, &prm);  // p2 has the same rows and experts (checked above)
+    prm.fold_parts = fold_split_parts(prm.op[0].kchunks / Cfg::kChunksPerStage, prm.op[1].kchunks / Cfg::kChunksPerStage);
     return launch(kernel_chain(), prm, max_items(p1, prm.op[0].tiles64) + max_items(p2, prm.op[1].tiles64), stream);
   }
 

@@ -99,6 +99,7 @@ struct LaunchParams {
   // of the split items, [kMaxSplitItems][consumer][M64 tile][BN/8][128 threads] float4.
   int split_mode = 1;
   int split_slots = 0;     // SMs x CTAs per SM (the automatic split's budget of items)
+  int fold_parts = 1;      // the folded last expert's parts where it splits (fold_split_parts, kChain)
   int* split_counters = nullptr;
   float4* partials = nullptr;
 };
@@ -173,17 +174,24 @@ __device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][
 // Not inlined: inlined, its ~4,600 instructions (both routing rules, unrolled) sat in front of the main
 // loop and the chained kernel ran 3 us slower at GLM-5 T=1 even when it did not route (docs/perf.md, sm90
 // step 31); called, the kernel's own code is laid out as before and the call needs no stack.
+// `f` is the kernel's RouteFront copied into shared memory (kRouteFrontOffset): a called function reaches
+// a kernel parameter only through a generic pointer, so every field it read was a global-memory round trip,
+// a dozen of them one after another on the routing warp's path (5 us of the prologue at GLM-5 T=1; docs/perf.md,
+// sm90 step 32).
+constexpr int kRouteFrontOffset = 1024;  // bytes into stage 0's token area, past the routing scratch
 template <class Cfg>
-__device__ __noinline__ void route_prologue(const LaunchParams& p, uint8_t* smem, int32_t* s_rows_routed,
+__device__ __noinline__ void route_prologue(const RouteFront& f, uint8_t* smem, int32_t* s_rows_routed,
                                            int32_t* s_offsets) {
   int32_t* scratch = reinterpret_cast<int32_t*>(smem);
-  static_assert(Cfg::kTokenBytes >= (3 * kFrontMaxPairs + 32) * 4, "the routing scratch fits stage 0's tokens");
+  static_assert((3 * kFrontMaxPairs + 32) * 4 <= kRouteFrontOffset, "the routing scratch ends before the RouteFront copy");
+  static_assert(Cfg::kTokenBytes >= kRouteFrontOffset + int(sizeof(RouteFront)),
+                "the routing scratch and the RouteFront copy fit stage 0's tokens");
   const FrontScratch fs{scratch, reinterpret_cast<float*>(scratch + kFrontMaxPairs), scratch + 2 * kFrontMaxPairs,
                         s_rows_routed, s_offsets, scratch + 3 * kFrontMaxPairs};
-  if (p.front.sigmoid)
-    front_route_permute<true, 8>(p.front, fs, blockIdx.x == 0);
+  if (f.sigmoid)
+    front_route_permute<true, 8>(f, fs, blockIdx.x == 0);
   else
-    front_route_permute<false, 8>(p.front, fs, blockIdx.x == 0);
+    front_route_permute<false, 8>(f, fs, blockIdx.x == 0);
   fence_proxy_async_smem();  // the scratch bytes before the copies (TMA: the async proxy) overwrite them
 }
 
@@ -207,8 +215,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   int32_t* s_items = s_rows + Cfg::kBN;
   int32_t* s_flag = s_items + kItemRing * kItemInts;
   using Space = ItemSpace<Cfg, kMode, LaunchParams>;
-  static_assert(sizeof(Space) <= sizeof(int32_t) * kItemSpaceInts, "tile_config.h reserves too little for ItemSpace");
+  static_assert(sizeof(Space) <= sizeof(int32_t) * (kItemSpaceInts - 1), "tile_config.h reserves too little for ItemSpace");
   Space* s_space = reinterpret_cast<Space*>(s_flag + Cfg::kConsumers);
+  int32_t* s_first_fetch = reinterpret_cast<int32_t*>(s_space) + kItemSpaceInts - 1;  // the item space's last int
   int32_t* s_rows_routed = reinterpret_cast<int32_t*>(s_space) + kItemSpaceInts;  // [kRoutedRows]
   static_assert(kRoutedRows >= kFrontMaxRows, "tile_config.h reserves too few routed rows");
 
@@ -243,11 +252,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     FP4MOE_TRACE_PUT(static_cast<int>(kMode), 0, FP4MOE_TRACE_SMID());
     FP4MOE_TRACE_PUT(static_cast<int>(kMode), 1, FP4MOE_TRACE_NOW());
   }
-  if constexpr (kMode == LaunchMode::kChain && Cfg::kRoutes) {
-    if (p.route) route_prologue<Cfg>(p, smem, s_rows_routed, s_offsets);
+  constexpr bool kCanRoute = kMode == LaunchMode::kChain && Cfg::kRoutes;
+  RouteFront* s_front = reinterpret_cast<RouteFront*>(smem + kRouteFrontOffset);
+  if constexpr (kCanRoute) {
+    if (p.route) {
+      if (threadIdx.x == 0) *s_front = p.front;  // constant-bank loads here, shared-memory loads in the call
+      __syncthreads();
+    }
+  }
+  // The weight producer's first fetch from the item counter (its second item), issued here by warp 3, which
+  // is idle until the producers start: ptxas makes the atomic a warp-aggregated one whose result shuffle
+  // waits for its round trip (about 1 us) at once, which here overlaps the routing warp's logit loads or
+  // warp 1's loads of the offsets instead of delaying the first weight copy (docs/perf.md, sm90 step 32).
+  if (warp == 3) {
+    const int fetched = fetch_work_item(p.counters, lane);
+    if (lane == 0) *s_first_fetch = fetched;
+  }
+  if constexpr (kCanRoute) {
+    if (p.route) {
+      route_prologue<Cfg>(*s_front, smem, s_rows_routed, s_offsets);
+      if (threadIdx.x == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), 5, FP4MOE_TRACE_NOW());
+    }
   }
   if (warp == 1) {
-    if (kMode == LaunchMode::kChain && Cfg::kRoutes && p.route)
+    if (kCanRoute && p.route)
       build_work_table<Cfg::kBN, false>(s_offsets, num_experts, s_prefix, s_offsets, lane);
     else
       build_work_table<Cfg::kBN>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
@@ -264,7 +292,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   if (wg == 0) {
     // Producer
     setmaxnreg_dec<Cfg::Regs::kProducer>();
-    if (warp == 0) run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
+    if (warp == 0)
+      run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, *s_first_fetch, lane);
     if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     return;
   }

@@ -56,16 +56,17 @@ namespace sm90 {
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
                                     uint64_t* item_bar, int32_t* s_prefix,
-                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
+                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int first_fetch, int lane) {
   const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_items = s_prefix + 2 * (kMaxExperts + 1) + Cfg::kBN;
   const uint64_t policy = policy_evict_first();
   int stage = 0;
   uint32_t phase = 0;
   // Item j + 1 is fetched while item j is produced, so the atomic's round trip is off the critical path;
-  // the first item is blockIdx.x, with no fetch at all.
+  // the first item is blockIdx.x, with no fetch at all, and the second one's fetch (first_fetch, lane 0's
+  // value counts) was issued by warp 3 in the kernel's prologue.
   int w = blockIdx.x;
-  int fetched = fetch_work_item(p.counters, lane);
+  int fetched = first_fetch;
   for (int j = 0;; ++j) {
     if (j > 0) {
       w = fetched_work_item(p.counters, fetched, w);

@@ -123,6 +123,8 @@ static_assert(sizeof(RingItem) == kItemInts * sizeof(int32_t), "tile_config.h si
 // fetch_work_item issues the atomic on the weight producer's lane 0 (its result is needed only later);
 // fetched_work_item turns it into the item index on every lane.
 // Without counters (null) the schedule is the static stride: item w is followed by w + gridDim.x.
+// ptxas turns the atomic into a warp-aggregated one whose result shuffle waits for it at once: the warp
+// stalls for the round trip right here (the kernel issues the first fetch from an otherwise idle warp).
 __device__ __forceinline__ int fetch_work_item(int* counters, int lane) {
   return counters && lane == 0 ? atomicAdd(&counters[0], 1) : 0;
 }
@@ -165,11 +167,25 @@ __device__ __forceinline__ int choose_split(bool capable, int mode, int units, i
   if (!capable || mode == 1 || units == 0) return 1;
   const int cap = mode == 0 ? kMaxSplit : min(mode, kMaxSplit);
   const int min_stages = mode == 0 ? kMinAutoSplitStages : 1;
-  int s = 1;
-  while (2 * s <= cap && nstages % (2 * s) == 0 && nstages / (2 * s) >= min_stages && units * 2 * s <= budget &&
+  int s = 1;  // a power of two: the tests below are a mask and a product, not run-time divisions
+  while (2 * s <= cap && (nstages & (2 * s - 1)) == 0 && nstages >= 2 * s * min_stages && units * 2 * s <= budget &&
          (mode != 0 || units * 2 * s <= slots))
     s *= 2;
   return s;
+}
+
+// The folded last expert's parts (ItemSpace below) from FC1's and FC2's stage counts, launch constants
+// the host computes once (LaunchParams::fold_parts): as long as an FC2 item where that divides FC1's
+// stages (GLM-5: 24 / 8 = 3), else the smallest divisor of FC1's stages above that length's count, up to
+// kMaxSplit (DeepSeek-V3: 28 stages, FC2 8: 4 parts), else the largest below it; 1 (whole tiles) for a
+// prime stage count above kMaxSplit.
+inline int fold_split_parts(int stages0, int stages1) {
+  const int target = stages1 > 0 && stages0 / stages1 > 2 ? stages0 / stages1 : 2;
+  for (int d = target; d <= kMaxSplit; ++d)
+    if (stages0 % d == 0) return d;
+  for (int d = (target - 1 < kMaxSplit ? target - 1 : kMaxSplit); d >= 2; --d)
+    if (stages0 % d == 0) return d;
+  return 1;
 }
 
 // The items of a launch: op 0's first, then (a chained launch) op 1's; split() turns a launch-wide item
@@ -210,17 +226,7 @@ struct ItemSpace {
     if (kMode == LaunchMode::kChain && Cfg::kSplitCapable && p.op[0].last_weights != nullptr && split0 == 1 &&
         mode != 1) {
       const int last = (tiles - s_prefix[p.op[0].num_experts - 1]) * mtiles0;
-      const int stages1 = p.op[1].kchunks / Cfg::kChunksPerStage;
-      // Parts as long as an FC2 item where that divides FC1's stages (GLM-5: 24 / 8 = 3), else the
-      // smallest divisor of FC1's stages above that length's count, up to kMaxSplit (DeepSeek-V3: 28
-      // stages, FC2 8: 4 parts), else the largest below it; a prime stage count above kMaxSplit keeps
-      // whole tiles.
-      const int target = max(2, stages1 > 0 ? stages0 / stages1 : 2);
-      int s = 1;
-      for (int d = target; d <= kMaxSplit && s == 1; ++d)
-        if (stages0 % d == 0) s = d;
-      for (int d = min(target - 1, kMaxSplit); d >= 2 && s == 1; --d)
-        if (stages0 % d == 0) s = d;
+      const int s = p.fold_parts;  // fold_split_parts(FC1's stages, FC2's stages)
       if (last > 0 && units0 - last <= p.split_slots && units0 > p.split_slots && s > 1 && last * s <= kMaxSplitItems) {
         xunits = last;
         xsplit = s;
@@ -259,6 +265,11 @@ struct ItemSpace {
       return w;
     }
     parts = o ? split1 : split0;
+    if (parts == 1) {  // most items: no run-time division on the producer's path
+      r = 0;
+      sunit = w;
+      return w;
+    }
     r = w % parts;
     sunit = w / parts;
     return sunit;

@@ -4,7 +4,7 @@
 // Each CTA of a launch writes kTraceWords 64-bit words at trace + (mode * kTraceMaxCtas + blockIdx.x) *
 // kTraceWords (mode: 0 FC1, 1 FC2, 2 chained), all times %globaltimer nanoseconds:
 //   [0] SM id   [1] entry (after the programmatic-launch wait)   [2] exit (consumers done)   [3] items
-//   [4] set-up done (work table and item space built)   [5] unused
+//   [4] set-up done (work table and item space built)   [5] routing done (a launch that routes, else 0)
 //   item j < kTraceMaxItems at 6 + 6j: [item index, weight producer's first copy, token producer ready
 //   (after a chained FC2 item's wait for FC1), consumer start (first stage landed), consumer end (epilogue
 //   stored), consumer's last wgmma retired (before the split reduction and the epilogue)]
