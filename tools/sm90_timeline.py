@@ -44,7 +44,9 @@ def main():
                   f"{len(items)} items")
             # Each CTA's prologue: routing done (a launch that routes its batch itself) and set-up done.
             heads = {int(r["cta"]): r for r in rs}.values()
-            for col, name in (("routed_ns", "routed"), ("setup_ns", "set-up done")):
+            for col, name in (("route_step0_ns", "routing: picks done"), ("route_step1_ns", "routing: past its barrier"),
+                              ("route_step2_ns", "routing: offsets complete"), ("routed_ns", "routed"),
+                              ("fetch_ns", "first fetch returned"), ("setup_ns", "set-up done")):
                 v = [int(r[col]) / 1e3 for r in heads if int(r.get(col, -1) or -1) >= 0]
                 if v:
                     print(f"    {name} p10/50/90 {pct(v,.1):.1f}/{pct(v,.5):.1f}/{pct(v,.9):.1f} us")

@@ -63,6 +63,28 @@ __device__ __forceinline__ void local_best(const uint32_t (&key)[PMAX], int P, u
     }
 }
 
+// Sigmoid routing's weight source (the unbiased score) and selection score of one expert; every path
+// that routes with sigmoid scores computes them with these operations, so their choices and weights
+// are the same bytes.
+__device__ __forceinline__ float sigmoid_value(float logit) { return 1.0f / (1.0f + expf(-logit)); }
+
+// Lane r < K holds the weight source of the token's rank-r pick in my_w: normalise exactly like the
+// reference (a sequential sum in rank order, then divide, then the routed scaling factor) and store the K
+// weights.
+template <bool kSigmoid>
+__device__ __forceinline__ void store_pick_weights(float my_w, const RouteParams& rp, int lane, float* weights) {
+  const int K = rp.topk;
+  float wsum = 0.0f;
+#pragma unroll 8
+  for (int j = 0; j < K; ++j) wsum = __fadd_rn(wsum, __shfl_sync(0xffffffffu, my_w, j));
+  const float denom = kSigmoid ? __fadd_rn(wsum, 1e-20f) : wsum;
+  if (lane < K) {
+    float w = my_w;
+    if (rp.norm) w = __fdiv_rn(w, denom);
+    weights[lane] = __fmul_rn(w, rp.scale);
+  }
+}
+
 // One token's routing on one warp (lane = threadIdx.x & 31), all of it in registers: row = the token's E
 // logits; ids[0, topk) and weights[0, topk) receive its choice (global or shared memory).
 template <bool kSigmoid, int PMAX>
@@ -108,7 +130,7 @@ __device__ __forceinline__ void route_token_fast(const float* __restrict__ row, 
 #pragma unroll
     for (int j = 0; j < PMAX; ++j)
       if (j < P) {
-        value[j] = 1.0f / (1.0f + expf(-lv[j]));
+        value[j] = sigmoid_value(lv[j]);
         choice[j] = value[j] + bv[j];
         if (choice[j] > top1) {
           top2 = top1;
@@ -173,16 +195,7 @@ __device__ __forceinline__ void route_token_fast(const float* __restrict__ row, 
       local_best(key, P, best, slot);
     }
   }
-  // Normalise exactly like the reference: sequential sum in rank order.
-  float wsum = 0.0f;
-#pragma unroll 8
-  for (int j = 0; j < K; ++j) wsum = __fadd_rn(wsum, __shfl_sync(0xffffffffu, my_w, j));
-  const float denom = kSigmoid ? __fadd_rn(wsum, 1e-20f) : wsum;
-  if (lane < K) {
-    float w = my_w;
-    if (rp.norm) w = __fdiv_rn(w, denom);
-    weights[lane] = __fmul_rn(w, rp.scale);
-  }
+  store_pick_weights<kSigmoid>(my_w, rp, lane, weights);
 }
 
 inline bool fast_route_ok(const RouteParams& rp, bool sigmoid) {

@@ -51,9 +51,17 @@ __global__ void __launch_bounds__(kFrontThreads) front_small_kernel(const __grid
   __shared__ int32_t s_src[kFrontMaxRows];
   __shared__ int32_t s_off[kFrontMaxExperts + 2];
   __shared__ int32_t s_warp[kFrontThreads / 32];
+  __shared__ __align__(16) uint32_t s_cand_key[kSigmoid ? kFrontMaxCands : 1];  // the two-level routing's candidates
+  __shared__ int32_t s_cand_idx[kSigmoid ? kFrontMaxCands : 1];
+  __shared__ float s_cand_val[kSigmoid ? kFrontMaxCands : 1];
+  __shared__ float4 s_staged[kSigmoid ? kFrontMaxStaged / 4 : 1];
   const int tid = threadIdx.x;
   pdl_wait();  // the logits (and x) may come from the previous kernel of the stream
-  front_route_permute<kSigmoid, PMAX>(p.f, FrontScratch{s_id, s_w, s_loc, s_src, s_off, s_warp}, blockIdx.x == 0);
+  front_route_permute<kSigmoid, PMAX>(
+      p.f,
+      FrontScratch{s_id, s_w, s_loc, s_src, s_off, s_warp, kSigmoid ? s_cand_key : nullptr, s_cand_idx, s_cand_val,
+                   reinterpret_cast<float*>(s_staged)},
+      blockIdx.x == 0);
   // The gathered copy of the kept rows (with expert parallelism the dropped bucket's rows are not copied)
   // and of the appended ones.
   const int P = p.f.tokens * p.f.rp.topk;

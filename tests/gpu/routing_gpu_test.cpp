@@ -22,7 +22,16 @@ struct RouteCase {
   const char* name;
   int64_t experts, topk, n_group, topk_group;
   bool sigmoid, bias, norm;
+  bool ties = false;  // logits on a coarse grid: many equal scores, so the tie rule decides
 };
+
+// Fresh random logits (scale 2), or (ties) the same clamped to [-1, 1] and rounded to multiples of 0.25.
+std::vector<float> route_logits(const RouteCase& rc, int64_t tokens, uint64_t seed) {
+  std::vector<float> l = random_f32(static_cast<size_t>(tokens * rc.experts), seed, 2.0f);
+  if (rc.ties)
+    for (float& v : l) v = std::round(std::min(1.0f, std::max(-1.0f, v)) * 4.0f) / 4.0f;
+  return l;
+}
 
 MoeConfig route_config(const RouteCase& rc) {
   MoeConfig c;
@@ -152,6 +161,12 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
       {"e512-g32", 512, 10, 32, 8, true, true, true},
       {"softmax-e128", 128, 8, 1, 1, false, false, true},
       {"softmax-e64-top1", 64, 1, 1, 1, false, false, false},
+      // Sigmoid scores without a group limit take the two-level routing (front_block.cuh): GLM-5's own
+      // routing, one without bias or normalisation over two slices, and both with many tied scores.
+      {"glm5", 256, 8, 1, 1, true, true, true},
+      {"e64-top6-nobias", 64, 6, 2, 2, true, false, false},
+      {"glm5-ties", 256, 8, 1, 1, true, true, true, true},
+      {"e64-top6-ties", 64, 6, 1, 1, true, false, true, true},
   };
   const int64_t H = 520, ld = 536;  // x rows are ld apart, y rows H
   int checked = 0;
@@ -169,8 +184,11 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
         SCOPED_TRACE(::testing::Message() << rc.name << " T=" << T << " shard [" << shard.first << ", "
                                           << shard.first + shard.count << ")");
         const uint64_t seed = 9100 + T * 17 + E + shard.first;
-        Dev logits = Dev::from(random_f32(static_cast<size_t>(T * E), seed, 2.0f));
-        Dev bias = rc.bias ? Dev::from(random_f32(static_cast<size_t>(E), seed + 1, 0.1f)) : Dev();
+        Dev logits = Dev::from(route_logits(rc, T, seed));
+        std::vector<float> hbias = random_f32(static_cast<size_t>(E), seed + 1, 0.1f);
+        if (rc.ties)  // ties of the selection score need equal biases too
+          for (float& v : hbias) v = std::round(v * 20.0f) / 20.0f;
+        Dev bias = rc.bias ? Dev::from(hbias) : Dev();
         Dev x = Dev::from(random_bf16(static_cast<size_t>(T * ld), seed + 2));
         const float* bp = rc.bias ? bias.as<float>() : nullptr;
         struct Out {
@@ -269,7 +287,7 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
       }
     }
   }
-  EXPECT_EQ(checked, (3 + 2 + 3 + 4) * 2);  // top-10 stops at T = 3, top-1 goes on to T = 64
+  EXPECT_EQ(checked, (3 + 2 + 3 + 4 + 3 + 3 + 3 + 3) * 2);  // top-10 stops at T = 3, top-1 goes on to T = 64
   // Outside its shapes the fused path says so instead of running.
   const MoeConfig glm = route_config(cases[0]);
   EXPECT_TRUE(engine::front_small_supported(glm, 8, 256));

@@ -169,29 +169,45 @@ __device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][
 }
 
 // Route and group the batch in the prologue (common/front_block.cuh): the offsets go straight into the
-// work table's copy, the token of each row into s_rows_routed; the other arrays use stage 0's token bytes,
-// which no copy fills before the kernel's next __syncthreads. CTA 0 stores the maps for finalize.
+// work table's copy, the token of each row into s_rows_routed; the other arrays (the routing scratch, the
+// RouteFront copy, the two-level routing's candidates and staged scores, at the offsets below) use the
+// stage ring's first bytes, which no copy fills before the kernel's next __syncthreads. CTA 0 stores the
+// maps for finalize.
 // Not inlined: inlined, its ~4,600 instructions (both routing rules, unrolled) sat in front of the main
 // loop and the chained kernel ran 3 us slower at GLM-5 T=1 even when it did not route (docs/perf.md, sm90
 // step 31); called, the kernel's own code is laid out as before and the call needs no stack.
-// `f` is the kernel's RouteFront copied into shared memory (kRouteFrontOffset): a called function reaches
-// a kernel parameter only through a generic pointer, so every field it read was a global-memory round trip,
-// a dozen of them one after another on the routing warp's path (5 us of the prologue at GLM-5 T=1; docs/perf.md,
-// sm90 step 32).
-constexpr int kRouteFrontOffset = 1024;  // bytes into stage 0's token area, past the routing scratch
+// `f` is the kernel's RouteFront copied into shared memory: a called function reaches a kernel parameter
+// only through a generic pointer, and each field it read was a load through the memory pipeline.
+// The routing's steps in the chained launch's timeline (sm90_trace.cuh words kTraceRouteMarks..; trace builds).
+struct RouteMark {
+  __device__ void operator()(int step) const {
+    (void)step;  // no record outside trace builds
+    if (threadIdx.x == 0)
+      FP4MOE_TRACE_PUT(static_cast<int>(LaunchMode::kChain), kTraceRouteMarks + step, FP4MOE_TRACE_NOW());
+  }
+};
+constexpr int kRouteFrontOffset = 1024;  // bytes into the ring, past the routing scratch
+constexpr int kRouteCandOffset = 2048;
+constexpr int kRouteStagedOffset = kRouteCandOffset + 12 * kFrontMaxCands;
+constexpr int kRouteScratchEnd = kRouteStagedOffset + 4 * kFrontMaxStaged;
 template <class Cfg>
 __device__ __noinline__ void route_prologue(const RouteFront& f, uint8_t* smem, int32_t* s_rows_routed,
                                            int32_t* s_offsets) {
   int32_t* scratch = reinterpret_cast<int32_t*>(smem);
   static_assert((3 * kFrontMaxPairs + 32) * 4 <= kRouteFrontOffset, "the routing scratch ends before the RouteFront copy");
-  static_assert(Cfg::kTokenBytes >= kRouteFrontOffset + int(sizeof(RouteFront)),
-                "the routing scratch and the RouteFront copy fit stage 0's tokens");
+  static_assert(kRouteFrontOffset + int(sizeof(RouteFront)) <= kRouteCandOffset, "the RouteFront copy ends before the candidates");
+  static_assert(Cfg::kStages * Cfg::kStageBytes >= kRouteScratchEnd, "the routing's shared memory fits the ring");
+  int32_t* cand = reinterpret_cast<int32_t*>(smem + kRouteCandOffset);
   const FrontScratch fs{scratch, reinterpret_cast<float*>(scratch + kFrontMaxPairs), scratch + 2 * kFrontMaxPairs,
-                        s_rows_routed, s_offsets, scratch + 3 * kFrontMaxPairs};
+                        s_rows_routed, s_offsets, scratch + 3 * kFrontMaxPairs,
+                        reinterpret_cast<uint32_t*>(cand), cand + kFrontMaxCands,
+                        reinterpret_cast<float*>(cand + 2 * kFrontMaxCands),
+                        reinterpret_cast<float*>(smem + kRouteStagedOffset)};
+  const RouteMark mark;
   if (f.sigmoid)
-    front_route_permute<true, 8>(f, fs, blockIdx.x == 0);
+    front_route_permute<true, 8>(f, fs, blockIdx.x == 0, mark);
   else
-    front_route_permute<false, 8>(f, fs, blockIdx.x == 0);
+    front_route_permute<false, 8>(f, fs, blockIdx.x == 0, mark);
   fence_proxy_async_smem();  // the scratch bytes before the copies (TMA: the async proxy) overwrite them
 }
 
@@ -266,7 +282,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   // warp 1's loads of the offsets instead of delaying the first weight copy (docs/perf.md, sm90 step 32).
   if (warp == 3) {
     const int fetched = fetch_work_item(p.counters, lane);
-    if (lane == 0) *s_first_fetch = fetched;
+    if (lane == 0) {
+      *s_first_fetch = fetched;
+      FP4MOE_TRACE_PUT(static_cast<int>(kMode), kTraceFirstFetch, FP4MOE_TRACE_NOW());
+    }
   }
   if constexpr (kCanRoute) {
     if (p.route) {

@@ -8,6 +8,8 @@
 //   item j < kTraceMaxItems at 6 + 6j: [item index, weight producer's first copy, token producer ready
 //   (after a chained FC2 item's wait for FC1), consumer start (first stage landed), consumer end (epilogue
 //   stored), consumer's last wgmma retired (before the split reduction and the epilogue)]
+//   [252..254] the routing's steps in a launch that routes (routed, past its barrier, offsets complete),
+//   [255] the weight producer's first item fetch returned
 // The host points the kernels at a zeroed buffer of kTraceBytes with sm90::set_trace_buffer()
 // (sm90_family.h) and reads it back after the launch; a later launch of the same mode overwrites it.
 // bench_sm90 --trace FILE writes it as CSV (docs/perf.md has what it showed).
@@ -19,7 +21,9 @@ namespace fp4moe {
 namespace sm90 {
 
 constexpr int kTraceWords = 256;
-constexpr int kTraceMaxItems = (kTraceWords - 6) / 6;
+constexpr int kTraceMaxItems = (kTraceWords - 10) / 6;
+constexpr int kTraceRouteMarks = kTraceWords - 4;  // [252..254]: the routing's steps (front_route_permute's marks)
+constexpr int kTraceFirstFetch = kTraceWords - 1;  // [255]: the first item fetch returned (warp 3)
 constexpr int kTraceMaxCtas = 1024;
 constexpr size_t kTraceBytes = size_t(3) * kTraceMaxCtas * kTraceWords * 8;
 

@@ -25,10 +25,11 @@ std::string trace_csv_rows(const std::vector<unsigned long long>& rec, const std
       const int n = static_cast<int>(std::min<unsigned long long>(w[3], kTraceMaxItems));
       for (int j = 0; j < std::max(n, 1); ++j) {
         const unsigned long long* it = w + 6 + 6 * j;
-        out += fmt::format("{}{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", prefix, m, c, w[0], rel(w[1]), rel(w[4]),
-                           rel(w[2]), n ? j : -1, n ? static_cast<long long>(it[0]) : -1ll, n ? rel(it[1]) : -1ll,
-                           n ? rel(it[2]) : -1ll, n ? rel(it[3]) : -1ll, n ? rel(it[4]) : -1ll,
-                           n ? rel(it[5]) : -1ll, rel(w[5]));
+        out += fmt::format("{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", prefix, m, c, w[0], rel(w[1]),
+                           rel(w[4]), rel(w[2]), n ? j : -1, n ? static_cast<long long>(it[0]) : -1ll,
+                           n ? rel(it[1]) : -1ll, n ? rel(it[2]) : -1ll, n ? rel(it[3]) : -1ll, n ? rel(it[4]) : -1ll,
+                           n ? rel(it[5]) : -1ll, rel(w[5]), rel(w[kTraceRouteMarks]), rel(w[kTraceRouteMarks + 1]),
+                           rel(w[kTraceRouteMarks + 2]), rel(w[kTraceFirstFetch]));
       }
     }
   return out;

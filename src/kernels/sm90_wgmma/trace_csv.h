@@ -10,7 +10,8 @@ namespace sm90 {
 
 // The columns after the caller's own leading ones ("T,run," in both benches).
 constexpr const char* kTraceCsvColumns =
-    "mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns,routed_ns";
+    "mode,cta,sm,entry_ns,setup_ns,exit_ns,j,item,weights_ns,tokens_ns,start_ns,end_ns,mainloop_ns,routed_ns,"
+    "route_step0_ns,route_step1_ns,route_step2_ns,fetch_ns";
 
 // One line per (mode, CTA, item) of the records `rec` (kTraceBytes / 8 words as downloaded), each starting
 // with `prefix`; times in ns from the earliest entry of any CTA, -1 where a record is absent.
