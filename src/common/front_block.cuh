@@ -6,12 +6,13 @@
 // block 0 alone stores the maps.
 //
 // Steps (every thread of the block calls front_route_permute): the routing into s.id / s.w, either one
-// warp per token running the register routing (route_fast.cuh), or, for sigmoid scores without a group
-// limit (GLM-5) and a scratch for the candidates, in two levels (route_two_level below); thread i < P = T * topk maps pair i to its permutation expert
-// (expert parallelism: local id, or the dropped bucket `count` for another rank's expert) and counts it
-// with a shared atomic; a block-wide exclusive scan of the counts gives s.off; pair i takes row =
-// off[e] + (pairs j < i of the same expert), the stable grouping of engine/permute.cu. With `append`
-// every token is also a row of one more expert: rows P .. P + T - 1, off[pexperts + 1] = P + T.
+// warp per token running the register routing (route_fast.cuh), or in two levels (route_two_level below:
+// sigmoid scores without a group limit such as GLM-5's, at most one 32-expert slice per warp, a scratch
+// for the candidates and 16-byte aligned logits and bias); thread i < P = T * topk maps pair i to its
+// permutation expert (expert parallelism: local id, or the dropped bucket `count` for another rank's
+// expert) and counts it with a shared atomic; a block-wide exclusive scan of the counts gives s.off; pair
+// i takes row = off[e] + (pairs j < i of the same expert), the stable grouping of engine/permute.cu. With
+// `append` every token is also a row of one more expert: rows P .. P + T - 1, off[pexperts + 1] = P + T.
 // CUDA header for .cu files.
 #pragma once
 #include <cuda_runtime.h>
@@ -75,7 +76,7 @@ struct FrontScratch {
 // took 102 us against 91.5, the TP8 one 68.8 against 65.9 (docs/perf.md, sm90 step 32).
 __host__ __device__ inline bool front_two_level_ok(const route_detail::RouteParams& rp, bool sigmoid, int tokens,
                                                    int warps) {
-  return sigmoid && rp.topk_group >= rp.n_group && rp.topk <= 32 && rp.experts % 32 == 0 &&
+  return sigmoid && rp.topk_group >= rp.n_group && rp.topk <= 32 && rp.experts >= 32 && rp.experts % 32 == 0 &&
          rp.experts <= kFrontMaxStagedExperts && (rp.experts / 32) * rp.topk <= kFrontCandsPerToken &&
          tokens * kFrontCandsPerToken <= kFrontMaxCands && tokens * (rp.experts / 32) <= warps;
 }

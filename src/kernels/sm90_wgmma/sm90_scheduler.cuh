@@ -120,8 +120,8 @@ __device__ __forceinline__ RingItem get_ring_item(const int32_t* slot) {
 static_assert(sizeof(RingItem) == kItemInts * sizeof(int32_t), "tile_config.h sizes the ring slots");
 
 // Items 0 .. gridDim.x - 1 go to the CTAs of the same index; later items are handed out by the counter.
-// fetch_work_item issues the atomic on the weight producer's lane 0 (its result is needed only later);
-// fetched_work_item turns it into the item index on every lane.
+// fetch_work_item issues the atomic on lane 0 (the weight producer's for items 3 on, warp 3's in the kernel's
+// prologue for item 2); fetched_work_item turns the result into the item index on every lane.
 // Without counters (null) the schedule is the static stride: item w is followed by w + gridDim.x.
 // ptxas turns the atomic into a warp-aggregated one whose result shuffle waits for it at once: the warp
 // stalls for the round trip right here (the kernel issues the first fetch from an otherwise idle warp).
