@@ -11,14 +11,15 @@
 // Warp roles (128 (1 + CONS) threads, tile_config.h):
 //   warpgroup 0  producers (sm90_producer.cuh): warp 0 takes the work items and fills the stage ring with
 //                bulk (TMA) weight copies, warp 1 with the token rows (TMA or cp.async); setmaxnreg.dec
-//                to 56 (48 with two CTAs per SM); warps 2-3 leave.
+//                to 56 (48 with two CTAs per SM, 40 with four consumers); warp 2 signals what the consumers
+//                stored (run_signal_warp: the GPU-scope fences and counts off their path); warp 3 leaves.
 //   warpgroups 1 .. CONS  consumers: setmaxnreg.inc to 224 (96 with two CTAs per SM, 104 with four
 //                consumers); dequantise the NVFP4 weights into wgmma A registers and run RS wgmma
 //                against the token tile (sm90_consumer.cuh).
 // A chained launch of a decode batch may route it itself (LaunchParams::route): every CTA routes and groups
 // the few tokens in its prologue (route_prologue) instead of reading the offsets an earlier launch wrote.
-// Shared memory: the stage ring, 2 x STAGES + 16 mbarriers, the work-list table (byte offsets in
-// tile_config.h). Barriers: full[s] expects 1 + 32 arrivals plus the stage's TMA bytes; empty[s]
+// Shared memory: the stage ring, 2 x STAGES + 16 + 2 x kSignalRing mbarriers, the work-list table (byte
+// offsets in tile_config.h). Barriers: full[s] expects 1 + 32 arrivals plus the stage's TMA bytes; empty[s]
 // expects 128 CONS arrivals (every consumer thread).
 // Packed weight and scale layout: sm90_layout.h (kSm90Interleaved).
 #pragma once
@@ -69,9 +70,10 @@ struct Params {
 
 // What a launch runs: FC1 alone, FC2 alone, or FC1 chained into FC2 (op[0] FC1, op[1] FC2 reading op[0]'s output
 // rows, the same experts and offsets). In a chained launch the FC2 item of token tile t waits until every FC1 item
-// of t has stored its rows: each FC1 consumer warpgroup, after its stores (a split tile's last part only),
-// synchronises, and one thread fences and adds 1 to t's counter and to the all-FC1 counter; the token producer
-// (warp 1) of an FC2 item spins (acquire) until t's counter reaches 2 x FC1's m-tiles, or sees every FC1 item done
+// of t has stored its rows: after an FC1 item's stores (a split tile's last part only) every consumer thread
+// arrives at the signal warp, which fences and adds the consumer warpgroups' count to t's counter and to the
+// all-FC1 counter (run_signal_warp); the token producer
+// (warp 1) of an FC2 item spins (acquire) until t's counter reaches CONS x FC1's m-tiles, or sees every FC1 item done
 // (after which it checks no more), and only then loads the token rows by TMA (after a proxy fence: the rows were
 // written by the generic proxy, TMA reads by the async one). The weight producer (warp 0) never waits: FC2's
 // weights stream while FC1's last items finish. All FC1 items precede every FC2 item in the counter's order and no
@@ -104,17 +106,21 @@ struct LaunchParams {
   float4* partials = nullptr;
 };
 
-// The split reduction of one consumer warpgroup's tile (split items only): stores this part's
-// accumulators, counts the part in; the last part to arrive sums the S partials in part order into
-// acc (bit-identical whatever the arrival order), zeroes them and the tile's counter (a run leaves the
-// whole workspace zero, as GroupedGemmArgs::workspace promises, so a later run of any shape or tactic
-// on the same workspace finds its counters at zero) and returns true; the others return false and
-// skip the epilogue. The barriers and fences around thread 0's atomic order every thread's partial
-// stores before the count and the last part's loads (L2, ld.global.cg) after it.
+// The split reduction of one consumer warpgroup's tile (split items only). Part r < S-1 stores its
+// accumulators to the workspace (store_split_part) and hands its count to the signal warp, which
+// releases it at the tile's counters (run_signal_warp): nothing on the consumers' path waits for a round
+// trip. Part S-1, the tile's last item in the launch's order, waits until the other S-1 have counted in
+// (acquire), loads their partials (L2, ld.global.cg, up to four at once) and sums them in part order with
+// its own accumulators last (bit-identical whoever finishes first), zeroes them and the counter (a run
+// leaves the whole workspace zero, as GroupedGemmArgs::workspace promises, so a later run of any shape or
+// tactic on the same workspace finds its counters at zero), then runs the epilogue. Waiting cannot
+// deadlock: the other parts are earlier items, and every CTA runs its items in the order it took them,
+// so they were taken before and never wait for a later item. (Until step 33 the last part to arrive
+// reduced, so every part's consumers waited for a fence, the atomic's return and S dependent loads.)
 template <class Cfg>
-__device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
-                                             float4* __restrict__ partials, int* __restrict__ counter, int first_item,
-                                             int part, int parts, int consumer, int tid, int32_t* s_flag) {
+__device__ __forceinline__ void store_split_part(const float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
+                                                 float4* __restrict__ partials, int first_item, int part, int consumer,
+                                                 int tid) {
   constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
   constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
   float4* mine = partials + (first_item + part) * kItemVecs + consumer * kVecs * 128 + tid;
@@ -124,48 +130,119 @@ __device__ __forceinline__ bool reduce_split(float (&acc)[Cfg::kM64PerConsumer][
     for (int v = 0; v < Cfg::kBN / 8; ++v)
       mine[(u * (Cfg::kBN / 8) + v) * 128] =
           make_float4(acc[u][4 * v], acc[u][4 * v + 1], acc[u][4 * v + 2], acc[u][4 * v + 3]);
-  named_barrier_sync(1 + consumer, 128);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void reduce_split(float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
+                                             float4* __restrict__ partials, int* __restrict__ counter, int first_item,
+                                             int parts, int consumer, int tid) {
+  constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
+  constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
+  float4* first = partials + first_item * kItemVecs + consumer * kVecs * 128 + tid;
   if (tid == 0) {
-    __threadfence();
-    const bool last = atomicAdd(counter, 1) == parts - 1;
-    if (last) {
-      *counter = 0;  // every part has arrived: nothing else touches it in this launch
-      __threadfence();
+    while (ld_acquire_gpu(counter) < parts - 1) {
     }
-    s_flag[consumer] = last ? 1 : 0;
+    *counter = 0;  // every other part has arrived: nothing else touches it in this launch
   }
   named_barrier_sync(1 + consumer, 128);
-  // Every part loads and sums; only the last one's sums are used (the others may read partials still
-  // in flight, or already zeroed, and discard them): the registers are then written on every path, and
-  // a reduction on the last part's path only made ptxas serialise the chained kernel's wgmmas (C7520).
-  const bool last = s_flag[consumer] != 0;
-  float4* first = partials + first_item * kItemVecs + consumer * kVecs * 128 + tid;
+  // The other parts' partials: four float4 loads in flight per thread on the n8 tiles, one at a time on
+  // the n16 ones (more made ptxas spill the two-CTA n16 tile's consumers). The sum starts at -0, the
+  // exact identity of the addition, so it is the same left fold p0 + p1 + ... + own as one seeded with p0.
+  constexpr int kBatch = kVecs == 1 ? 4 : 1;
+  float4 sum[kVecs];
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) sum[i] = make_float4(-0.0f, -0.0f, -0.0f, -0.0f);
+#pragma unroll 1
+  for (int r0 = 0; r0 < parts - 1; r0 += kBatch) {
+    float4 x[kBatch][kVecs];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i)
+        if (r0 + b < parts - 1) x[b][i] = __ldcg(first + i * 128 + (r0 + b) * kItemVecs);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i)
+        if (r0 + b < parts - 1) {
+          sum[i].x += x[b][i].x;
+          sum[i].y += x[b][i].y;
+          sum[i].z += x[b][i].z;
+          sum[i].w += x[b][i].w;
+        }
+  }
 #pragma unroll
   for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
 #pragma unroll
     for (int v = 0; v < Cfg::kBN / 8; ++v) {
-      const float4* slot = first + (u * (Cfg::kBN / 8) + v) * 128;
-      float4 sum = __ldcg(slot);
-#pragma unroll 1  // unrolled, the loads in flight cost the two-CTA tiles' consumers a spill
-      for (int r = 1; r < parts; ++r) {
-        const float4 x = __ldcg(slot + r * kItemVecs);
-        sum.x += x.x;
-        sum.y += x.y;
-        sum.z += x.z;
-        sum.w += x.w;
-      }
-      acc[u][4 * v] = sum.x;
-      acc[u][4 * v + 1] = sum.y;
-      acc[u][4 * v + 2] = sum.z;
-      acc[u][4 * v + 3] = sum.w;
+      const float4& s = sum[u * (Cfg::kBN / 8) + v];
+      acc[u][4 * v] = s.x + acc[u][4 * v];
+      acc[u][4 * v + 1] = s.y + acc[u][4 * v + 1];
+      acc[u][4 * v + 2] = s.z + acc[u][4 * v + 2];
+      acc[u][4 * v + 3] = s.w + acc[u][4 * v + 3];
     }
-  if (last)  // zero the partials for the next run (after this thread's loads of the same addresses)
-    for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-      for (int v = 0; v < Cfg::kBN / 8; ++v)
+  // Zero the other parts' partials for the next run (after this thread's loads of the same addresses).
+#pragma unroll
+  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+    for (int v = 0; v < Cfg::kBN / 8; ++v)
 #pragma unroll 1
-        for (int r = 0; r < parts; ++r)
-          __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-  return last;
+      for (int r = 0; r < parts - 1; ++r)
+        __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+}
+
+// What the consumers hand to the signal warp after an item (signal ring slot: kind, argument).
+enum SignalKind : int32_t {
+  kSignalEnd = 0,        // no more items: count the CTA done (a chained launch) and leave
+  kSignalSplitPart = 1,  // a split part's partials are stored: argument = its tile's first counter
+  kSignalFc1Tile = 2,    // a chained FC1 tile's rows are stored: argument = its token tile
+};
+
+// Warp 2 (the signal warp): the releases at GPU scope that publish what the consumers stored, off their
+// path. Under the weight stream a fence at GPU scope takes about 3 us; the consumer warpgroups used to
+// wait for it after every chained FC1 tile (the next item's first wgmma needs all four warps) and, with
+// the atomic's return and the partials' loads, after every split part (docs/perf.md, sm90 step 33).
+// Now every consumer thread arrives on the slot's full barrier after its stores (an arrive releases at
+// CTA scope, the wait here acquires), and lane 0 fences at GPU scope and adds the counts: kConsumers to
+// the token tile's FC1 counter and to the all-FC1 counter (one per consumer warpgroup, as before), or 1
+// to each consumer warpgroup's counter of a split tile. The ring's empty barriers hold the consumers back
+// if this warp falls kSignalRing hand-overs behind. A chained launch's CTA counts itself done here, after
+// its last signal (they must precede the last CTA's reset of the tile counters).
+template <LaunchMode kMode, class Cfg>
+__device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint64_t* sig_empty, const int32_t* s_sig,
+                                int extra_counters, int lane) {
+  for (int s = 0;; ++s) {
+    const int slot = s % kSignalRing;
+    mbar_wait(&sig_full[slot], static_cast<uint32_t>(s / kSignalRing) & 1u);
+    const int kind = s_sig[slot * kSignalInts], arg = s_sig[slot * kSignalInts + 1];
+    if (lane == 0) {
+      if (kind != kSignalEnd) fence_acq_rel_gpu();
+      if (kind == kSignalSplitPart) {
+#pragma unroll
+        for (int c = 0; c < Cfg::kConsumers; ++c) atomicAdd(&p.split_counters[arg + c], 1);  // results unused: reductions
+      } else if (kind == kSignalFc1Tile) {
+        atomicAdd(&p.counters[3 + arg], Cfg::kConsumers);
+        atomicAdd(&p.counters[2], Cfg::kConsumers);
+      }
+      mbar_arrive(&sig_empty[slot]);
+    }
+    if (kind == kSignalEnd) break;
+  }
+  if (kMode == LaunchMode::kChain && lane == 0) finish_work_items(p.counters, extra_counters);
+}
+
+// The consumers' side of a hand-over (every consumer thread, after its own stores of the item).
+template <class Cfg>
+__device__ __forceinline__ void signal_after_item(uint64_t* sig_full, uint64_t* sig_empty, int32_t* s_sig, int& sig,
+                                                  int kind, int arg, bool writer) {
+  const int slot = sig % kSignalRing;
+  mbar_wait(&sig_empty[slot], (static_cast<uint32_t>(sig / kSignalRing) & 1u) ^ 1u);
+  if (writer) {
+    s_sig[slot * kSignalInts] = kind;
+    s_sig[slot * kSignalInts + 1] = arg;
+  }
+  mbar_arrive(&sig_full[slot]);
+  ++sig;
 }
 
 // Route and group the batch in the prologue (common/front_block.cuh): the offsets go straight into the
@@ -225,15 +302,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* empty = full + Cfg::kStages;
   uint64_t* item_bar = empty + Cfg::kStages;  // [kItemRing]: warp 0 -> warp 1, one arrive per item
+  uint64_t* sig_full = item_bar + kItemRing;   // [kSignalRing]: consumers -> warp 2 (run_signal_warp)
+  uint64_t* sig_empty = sig_full + kSignalRing;
   int32_t* s_prefix = reinterpret_cast<int32_t*>(smem + Cfg::kTableOffset);
   int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_offsets + kMaxExperts + 1;
   int32_t* s_items = s_rows + Cfg::kBN;
-  int32_t* s_flag = s_items + kItemRing * kItemInts;
   using Space = ItemSpace<Cfg, kMode, LaunchParams>;
-  static_assert(sizeof(Space) <= sizeof(int32_t) * (kItemSpaceInts - 1), "tile_config.h reserves too little for ItemSpace");
-  Space* s_space = reinterpret_cast<Space*>(s_flag + Cfg::kConsumers);
-  int32_t* s_first_fetch = reinterpret_cast<int32_t*>(s_space) + kItemSpaceInts - 1;  // the item space's last int
+  static_assert(sizeof(Space) <= sizeof(int32_t) * kItemSpaceInts, "tile_config.h reserves too little for ItemSpace");
+  int32_t* s_sig = s_items + kItemRing * kItemInts;  // [kSignalRing][kSignalInts]
+  Space* s_space = reinterpret_cast<Space*>(s_sig + kSignalRing * kSignalInts);
   int32_t* s_rows_routed = reinterpret_cast<int32_t*>(s_space) + kItemSpaceInts;  // [kRoutedRows]
   static_assert(kRoutedRows >= kFrontMaxRows, "tile_config.h reserves too few routed rows");
 
@@ -246,6 +324,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
       mbar_init(&empty[s], Cfg::kConsumers * 128);
     }
     for (int i = 0; i < kItemRing; ++i) mbar_init(&item_bar[i], 1);
+    for (int i = 0; i < kSignalRing; ++i) {
+      mbar_init(&sig_full[i], Cfg::kConsumers * 128);
+      mbar_init(&sig_empty[i], 1);
+    }
     fence_barrier_init();
   }
   // With programmatic dependent launch (common/pdl_launch.h, on unless FP4MOE_PDL=0) everything above
@@ -276,17 +358,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
       __syncthreads();
     }
   }
-  // The weight producer's first fetch from the item counter (its second item), issued here by warp 3, which
-  // is idle until the producers start: ptxas makes the atomic a warp-aggregated one whose result shuffle
-  // waits for its round trip (about 1 us) at once, which here overlaps the routing warp's logit loads or
-  // warp 1's loads of the offsets instead of delaying the first weight copy (docs/perf.md, sm90 step 32).
-  if (warp == 3) {
-    const int fetched = fetch_work_item(p.counters, lane);
-    if (lane == 0) {
-      *s_first_fetch = fetched;
-      FP4MOE_TRACE_PUT(static_cast<int>(kMode), kTraceFirstFetch, FP4MOE_TRACE_NOW());
-    }
-  }
   if constexpr (kCanRoute) {
     if (p.route) {
       route_prologue<Cfg>(*s_front, smem, s_rows_routed, s_offsets);
@@ -312,8 +383,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     // Producer
     setmaxnreg_dec<Cfg::Regs::kProducer>();
     if (warp == 0)
-      run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, *s_first_fetch, lane);
+      run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
+    if (warp == 2) run_signal_warp<kMode, Cfg>(p, sig_full, sig_empty, s_sig, 1 + s_prefix[num_experts], lane);
     return;
   }
   // Consumer
@@ -321,6 +393,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   const int consumer = wg - 1, tid = threadIdx.x & 127;
   int stage = 0;
   uint32_t phase = 0;
+  int sig = 0;  // hand-overs to the signal warp so far
+  const bool sig_writer = consumer == 0 && tid == 0;
   float acc[Cfg::kM64PerConsumer][accumulator_sets<Cfg::kBN>()][Cfg::kBN / 2];
   for (int j = 0;; ++j) {
     // The producer wrote item j, decoded, into the ring before filling its first stage (or -1: no more work).
@@ -347,12 +421,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
 #pragma unroll
       for (int i = 0; i < Cfg::kBN / 2; ++i) res[u][i] = acc[u][0][i];
-    bool finish = true;  // a split tile's last part to finish runs its epilogue
+    bool finish = true;  // a split tile's last part (part S-1) runs its epilogue
+    int signal = -1, signal_arg = 0;  // what to hand to the signal warp after the item's stores
     if constexpr (Cfg::kSplitCapable) {
       if (parts > 1) {
         const int base = space.split_base(o);
-        finish = reduce_split<Cfg>(res, p.partials, p.split_counters + (base + unit) * Cfg::kConsumers + consumer,
-                                   base + unit * parts, part, parts, consumer, tid, s_flag);
+        if (part != parts - 1) {
+          store_split_part<Cfg>(res, p.partials, base + unit * parts, part, consumer, tid);
+          finish = false;
+          signal = kSignalSplitPart;
+          signal_arg = (base + unit) * Cfg::kConsumers;
+        } else {
+          reduce_split<Cfg>(res, p.partials, p.split_counters + (base + unit) * Cfg::kConsumers + consumer,
+                            base + unit * parts, parts, consumer, tid);
+        }
       }
     }
     // Epilogue
@@ -366,15 +448,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
         if (finish && u < ntiles_valid)
           store_tile<Cfg::kBN, true>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
                                      s1, tid);
-      if (kMode == LaunchMode::kChain) {
-        // This warpgroup's rows of token tile it.tile are stored: publish them to FC2's token producers
-        // (the barrier orders the warpgroup's stores before thread 0's release).
-        named_barrier_sync(1 + consumer, 128);
-        if (tid == 0 && finish) {
-          __threadfence();
-          atomicAdd(&p.counters[3 + it.tile], 1);
-          atomicAdd(&p.counters[2], 1);
-        }
+      if (kMode == LaunchMode::kChain && finish) {  // the rows of token tile it.tile, for FC2's token producers
+        signal = kSignalFc1Tile;
+        signal_arg = it.tile;
       }
     } else {
       const float s0 = (folded ? q.last_scales[0] : q.tensor_scales[it.expert]) * kAccumulatorScale;
@@ -384,21 +460,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
           store_tile<Cfg::kBN, false>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
                                       s0, tid);
     }
+    if (signal >= 0) signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, signal, signal_arg, sig_writer);
     if (consumer == 0 && tid == 0) {
       FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 4, FP4MOE_TRACE_NOW());
       FP4MOE_TRACE_PUT(static_cast<int>(kMode), 3, j + 1);
     }
   }
   if (consumer == 0 && tid == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), 2, FP4MOE_TRACE_NOW());
-  // A chained launch counts the CTA done once both consumer warpgroups are past their last item (their
-  // FC1 signals must precede the last CTA's reset of the tile counters). One GEMM alone needs no such
-  // wait: the weight producer counts the CTA done after its last fetch, while the consumers still run,
-  // which keeps the done count's round trip off the kernel's end (1-2 us at T = 1 when the consumers did
-  // it for every launch).
-  if (kMode == LaunchMode::kChain) {
-    named_barrier_sync(1 + Cfg::kConsumers, Cfg::kConsumers * 128);  // ids 1 .. kConsumers: one per consumer
-    if (consumer == 0 && tid == 0) finish_work_items(p.counters, 1 + s_prefix[num_experts]);
-  }
+  // The signal warp leaves after this; in a chained launch it counts the CTA done after its last signal.
+  // One GEMM alone needs no such wait: the weight producer counts the CTA done after its last fetch,
+  // while the consumers still run, which keeps the done count's round trip off the kernel's end (1-2 us
+  // at T = 1 when the consumers did it for every launch).
+  signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, kSignalEnd, 0, sig_writer);
 #endif
 }
 

@@ -6,8 +6,8 @@
 // never stops behind a token copy, a row lookup or (in a chained launch) a wait for FC1's rows.
 //
 // Work items come from a global counter (dynamic persistent schedule): CTA b starts with item b, and
-// warp 0's lane 0 takes every further item with one atomicAdd, issued one item ahead so that its round
-// trip overlaps the current item's copies. Each item goes into the item ring in shared memory, and
+// warp 0's lane 0 takes every further item with one atomicAdd, issued after the current item's last
+// copies so that its round trip overlaps the stages the ring holds. Each item goes into the item ring in shared memory, and
 // lane 0 then arrives on the ring slot's item barrier (warp 1 waits on it) and, after its first copies,
 // on the item's first full barrier (the consumers read the item after waiting on that stage: the
 // arrive releases, the wait acquires). When the items run out warp 0 writes -1, which sends warp 1
@@ -56,26 +56,28 @@ namespace sm90 {
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
                                     uint64_t* item_bar, int32_t* s_prefix,
-                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int first_fetch, int lane) {
+                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
   const int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_items = s_prefix + 2 * (kMaxExperts + 1) + Cfg::kBN;
   const uint64_t policy = policy_evict_first();
   int stage = 0;
   uint32_t phase = 0;
-  // Item j + 1 is fetched while item j is produced, so the atomic's round trip is off the critical path;
-  // the first item is blockIdx.x, with no fetch at all, and the second one's fetch (first_fetch, lane 0's
-  // value counts) was issued by warp 3 in the kernel's prologue.
+  // The first item is blockIdx.x, with no fetch at all; item j + 1 is fetched once item j's last copies
+  // are issued, while the ring holds STAGES stages for the consumers, so the atomic's round trip delays no
+  // copy, and the item goes to a CTA that is about STAGES stages from needing it. (Fetched when item j
+  // began, a CTA took its next item up to a whole item early: at GLM-5 T=1 every CTA's second item was
+  // taken before any first one had run, so the CTAs that finished early found their next items already
+  // held by CTAs 30 us from them; docs/perf.md, sm90 step 33.)
   int w = blockIdx.x;
-  int fetched = first_fetch;
+  int fetched = 0;
   for (int j = 0;; ++j) {
     if (j > 0) {
       w = fetched_work_item(p.counters, fetched, w);
-      fetched = fetch_work_item(p.counters, lane);
+      if (j == 1 && lane == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), kTraceFirstFetch, FP4MOE_TRACE_NOW());
     }
     if (w >= space.total) {
       // No more work: the last fetch has returned (the CTA's done count follows the sentinel); warp 1
       // goes home, and one empty stage carries the sentinel to the consumers.
-      (void)fetched_work_item(p.counters, fetched, w);
       if (lane == 0) {
         put_ring_item(s_items + (j % kItemRing) * kItemInts, RingItem{-1, 0, 0, 1, 0, WorkItem{}});
         mbar_arrive(&item_bar[j % kItemRing]);
@@ -127,6 +129,7 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
         phase ^= 1u;
       }
     }
+    fetched = fetch_work_item(p.counters, lane);
   }
 }
 
@@ -137,8 +140,8 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
                                    const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
   int32_t* s_rows = s_prefix + 2 * (kMaxExperts + 1);
   const int32_t* s_items = s_rows + Cfg::kBN;
-  // The token of each grouped row of a batch the launch routed itself (after the split flags and the item space).
-  const int32_t* s_rows_routed = s_items + kItemRing * kItemInts + Cfg::kConsumers + kItemSpaceInts;
+  // The token of each grouped row of a batch the launch routed itself (after the item space).
+  const int32_t* s_rows_routed = s_items + kItemRing * kItemInts + kSignalRing * kSignalInts + kItemSpaceInts;
   // A chained FC2 item's token tile is ready when both consumer warpgroups of each FC1 m-tile signalled it.
   // Only the part of a split FC1 tile that finishes it signals.
   const int tile_ready = Cfg::kConsumers * space.mtiles0;

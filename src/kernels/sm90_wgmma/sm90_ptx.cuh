@@ -96,6 +96,9 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
+// Release fence at GPU scope (with the CTA-scope synchronisation before it, it orders what the CTA's
+// threads stored before the relaxed atomics that follow).
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 // Acquire load at GPU scope (spinning on a counter another CTA releases).
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;

@@ -120,11 +120,11 @@ __device__ __forceinline__ RingItem get_ring_item(const int32_t* slot) {
 static_assert(sizeof(RingItem) == kItemInts * sizeof(int32_t), "tile_config.h sizes the ring slots");
 
 // Items 0 .. gridDim.x - 1 go to the CTAs of the same index; later items are handed out by the counter.
-// fetch_work_item issues the atomic on lane 0 (the weight producer's for items 3 on, warp 3's in the kernel's
-// prologue for item 2); fetched_work_item turns the result into the item index on every lane.
+// fetch_work_item issues the atomic on lane 0 (the weight producer's, after an item's last copies);
+// fetched_work_item turns the result into the item index on every lane.
 // Without counters (null) the schedule is the static stride: item w is followed by w + gridDim.x.
 // ptxas turns the atomic into a warp-aggregated one whose result shuffle waits for it at once: the warp
-// stalls for the round trip right here (the kernel issues the first fetch from an otherwise idle warp).
+// stalls for the round trip right here (the weight producer fetches once the ring is full of the current item).
 __device__ __forceinline__ int fetch_work_item(int* counters, int lane) {
   return counters && lane == 0 ? atomicAdd(&counters[0], 1) : 0;
 }
@@ -150,9 +150,10 @@ __device__ __forceinline__ void finish_work_items(int* counters, int extra) {
 
 // Split reduction (split-K). An op whose tiles are too few to fill the grid splits each tile's K range
 // into S parts (a power of two, S <= kMaxSplit, dividing the op's stages): a tile (unit) u becomes the
-// items u*S .. u*S + S-1, part r covering stages [r * nstages/S, (r+1) * nstages/S). Every part stores
-// its fp32 accumulators to the workspace; the last part to arrive at the tile's counter sums the S
-// partials in part order (so the result does not depend on the arrival order) and runs the epilogue.
+// items u*S .. u*S + S-1, part r covering stages [r * nstages/S, (r+1) * nstages/S). Parts 0 .. S-2
+// store their fp32 accumulators to the workspace and count themselves in at the tile's counter; part
+// S-1 waits for that count, sums the partials in part order with its own last (so the result does not
+// depend on the arrival order) and runs the epilogue (reduce_split, sm90_nvfp4w4a16_grouped.cuh).
 // The choice is made on the device from the tile count (the host never sees the expert offsets), the
 // same in every CTA:
 //   mode 0 (automatic): double S while the op's items (units * 2S) still fit the machine's CTA slots
@@ -175,12 +176,14 @@ __device__ __forceinline__ int choose_split(bool capable, int mode, int units, i
 }
 
 // The folded last expert's parts (ItemSpace below) from FC1's and FC2's stage counts, launch constants
-// the host computes once (LaunchParams::fold_parts): as long as an FC2 item where that divides FC1's
-// stages (GLM-5: 24 / 8 = 3), else the smallest divisor of FC1's stages above that length's count, up to
-// kMaxSplit (DeepSeek-V3: 28 stages, FC2 8: 4 parts), else the largest below it; 1 (whole tiles) for a
-// prime stage count above kMaxSplit.
+// the host computes once (LaunchParams::fold_parts): the smallest divisor of FC1's stages, up to
+// kMaxSplit, that makes a part shorter than an FC2 item (GLM-5: 24 stages, FC2 8: 4 parts of 6 stages;
+// DeepSeek-V3: 28 stages, FC2 8: 4 parts of 7), else the largest below that count; 1 (whole tiles) for a
+// prime stage count above kMaxSplit. Shorter parts fill the CTAs that wait for FC1 more evenly now that
+// a part's reduction costs its consumers nothing (GLM-5 T=1, docs/perf.md sm90 step 33: 3 / 4 / 6 parts
+// 67.9 / 67.3 / 72.2 us; with the reduction on the consumers' path, step 30, 3 parts were best).
 inline int fold_split_parts(int stages0, int stages1) {
-  const int target = stages1 > 0 && stages0 / stages1 > 2 ? stages0 / stages1 : 2;
+  const int target = stages1 > 0 && stages0 / stages1 + 1 > 2 ? stages0 / stages1 + 1 : 2;
   for (int d = target; d <= kMaxSplit; ++d)
     if (stages0 % d == 0) return d;
   for (int d = (target - 1 < kMaxSplit ? target - 1 : kMaxSplit); d >= 2; --d)
@@ -197,13 +200,12 @@ inline int fold_split_parts(int stages0, int stages1) {
 // Params::last_weights: the engine's shared expert, which holds every token). Where FC1 does not split
 // (split0 == 1) and the other experts' units fit the machine's CTA slots once but the last expert's
 // units would spill into a second wave of whole tiles (GLM-5 at T = 1: 128 + 16 FC1 tiles of 24 k256
-// stages on 132 SMs), its units are split into parts about as long as an FC2 item (24 / 8: three
-// parts; the rule is at the split's choice below): op 0's items are the other units, one item each,
+// stages on 132 SMs), its units are split into parts a little shorter than an FC2 item (24 stages: four
+// parts of 6; the rule is fold_split_parts above): op 0's items are the other units, one item each,
 // then the xunits * xsplit parts, which the CTAs left over from the first wave and then the first to
-// finish take. Measured at
-// GLM-5 T = 1 (docs/perf.md, sm90 step 30): 3 parts 75.9-76.4 us, 2 / 4 / 6 / 8 parts 76.6-78.3, whole
-// tiles 88.0; with the parts first in the order 85.7-94.3 (each part's reduction then delays a CTA's
-// first long tile).
+// finish take. Measured at GLM-5 T = 1 (docs/perf.md, sm90 step 30): whole tiles 88.0 us against 75.9-76.4
+// for 3 parts; with the parts first in the order 85.7-94.3, and again 72.3-72.8 against 67.9 in step 33
+// (the routed FC1 tiles the parts' CTAs take second delay their experts' FC2).
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 struct ItemSpace {
   int mtiles0, mtiles1;

@@ -23,7 +23,7 @@ namespace sm90 {
 constexpr int kTraceWords = 256;
 constexpr int kTraceMaxItems = (kTraceWords - 10) / 6;
 constexpr int kTraceRouteMarks = kTraceWords - 4;  // [252..254]: the routing's steps (front_route_permute's marks)
-constexpr int kTraceFirstFetch = kTraceWords - 1;  // [255]: the first item fetch returned (warp 3)
+constexpr int kTraceFirstFetch = kTraceWords - 1;  // [255]: the first item fetch returned (the weight producer's)
 constexpr int kTraceMaxCtas = 1024;
 constexpr size_t kTraceBytes = size_t(3) * kTraceMaxCtas * kTraceWords * 8;
 

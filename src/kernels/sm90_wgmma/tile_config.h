@@ -3,8 +3,8 @@
 // kernel asks for. Host-only C++ (no CUDA headers).
 //
 // CTA shape: 1 + CONS warpgroups (CONS = 2: 384 threads, or 4: 640). Warpgroup 0 is the producer (warp 0
-// issues the weight copies, warp 1 the token copies, the other two leave after setmaxnreg), warpgroups
-// 1 .. CONS are consumers; consumer c owns the BM/64/CONS packed 64-row tiles c*BM/64/CONS .. of the CTA
+// issues the weight copies, warp 1 the token copies, warp 2 signals what the consumers stored, warp 3
+// leaves after setmaxnreg), warpgroups 1 .. CONS are consumers; consumer c owns the BM/64/CONS packed 64-row tiles c*BM/64/CONS .. of the CTA
 // tile and all BN tokens. All consumers read every stage, and a stage is freed when all have released
 // it, so they advance together.
 //
@@ -14,12 +14,13 @@
 //                                   16-byte chunk j of row r stored at chunk j ^ (r % 8)
 //     [kTokenBytes, + kWeightBytes) weights: BM/64 tiles x BK/64 packed blocks of 2304 bytes, tile-major,
 //                                   each block exactly as in global memory (sm90_layout.h)
-//   then kStages full barriers, kStages empty barriers, kItemRing item barriers (8 bytes each),
+//   then kStages full barriers, kStages empty barriers, kItemRing item barriers, kSignalRing signal
+//   full and kSignalRing signal empty barriers (8 bytes each),
 //   then the work-list table: item prefix [kMaxExperts + 1] and expert offsets [kMaxExperts + 1] (int32),
 //   then the producer's source-row table of the current item [BN] (int32),
 //   then the item ring [kItemRing][kItemInts] (int32): the work items the producer fetched and decoded,
 //   in order, for the token producer and the consumers,
-//   then one flag per consumer warpgroup (int32): "this split finished its tile" (split reduction),
+//   then the signal ring [kSignalRing][kSignalInts] (int32): the consumers' hand-overs to the signal warp,
 //   then the launch's item space (sm90_scheduler.cuh, ItemSpace: kItemSpaceInts int32),
 //   then the token of each grouped row when the launch routes a decode batch itself [kRoutedRows] (int32;
 //   the routing's other scratch arrays use stage 0's token bytes before the producers start).
@@ -35,6 +36,8 @@ constexpr int kMaxExperts = 512;            // the work-list table lives in shar
 constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
 constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
 constexpr int kItemInts = 10;               // int32 per item ring slot: the decoded item (sm90_scheduler.cuh, RingItem)
+constexpr int kSignalRing = 4;              // consumer -> signal warp hand-overs in flight (sm90_nvfp4w4a16_grouped.cuh)
+constexpr int kSignalInts = 2;              // int32 per signal ring slot: what to signal and its argument
 
 // Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
 // of two up to kMaxSplit (a folded last expert's parts: any divisor of the stages up to kMaxSplit); the
@@ -87,8 +90,9 @@ struct TileConfig {
   static constexpr int kWeightBytes = kM64PerCta * kWeightTileBytes;
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
-  static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing) * 8;
-  static constexpr int kTableBytes = (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + CONS + kItemSpaceInts + kRoutedRows) * 4;
+  static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing + 2 * kSignalRing) * 8;
+  static constexpr int kTableBytes =
+      (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + kSignalRing * kSignalInts + kItemSpaceInts + kRoutedRows) * 4;
   static constexpr bool kSplitCapable = split_capable(BN);
   // The chained kernel can route a decode batch in its prologue (LaunchParams::route): the n8 tiles,
   // which the heuristic gives the batches that routing serves (at most 64 pairs: a few rows per expert).
