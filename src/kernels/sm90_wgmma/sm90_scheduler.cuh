@@ -181,7 +181,7 @@ __device__ __forceinline__ int choose_split(bool capable, int mode, int units, i
 // DeepSeek-V3: 28 stages, FC2 8: 4 parts of 7), else the largest below that count; 1 (whole tiles) for a
 // prime stage count above kMaxSplit. Shorter parts fill the CTAs that wait for FC1 more evenly now that
 // a part's reduction costs its consumers nothing (GLM-5 T=1, docs/perf.md sm90 step 33: 3 / 4 / 6 parts
-// 67.9 / 67.3 / 72.2 us; with the reduction on the consumers' path, step 30, 3 parts were best).
+// 67.9 / 67.3 / 70.8-73.0 us; with the reduction on the consumers' path, step 30, 3 parts were best).
 inline int fold_split_parts(int stages0, int stages1) {
   const int target = stages1 > 0 && stages0 / stages1 + 1 > 2 ? stages0 / stages1 + 1 : 2;
   for (int d = target; d <= kMaxSplit; ++d)
