@@ -363,8 +363,8 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
 // the CPU reference; rows past offsets[E] stay poisoned, three launches give the same bytes and leave
 // the workspace zero. rows: the first E - 1 experts' rows; empty: one row each for as many experts as
 // fill the machine's CTA slots once with FC1 tiles, so that the last expert's tiles spill past them and
-// are split (ItemSpace::xsplit: 3 parts at H = 1536; at H = 1792 FC2's stages do not divide FC1's, 7 or
-// 4 parts by the tile's stage).
+// are split (ItemSpace::xsplit, fold_split_parts: at H = 1536 6 parts of one stage on the k256 tiles, 4 on
+// the k128 ones; at H = 1792, where FC2's stages do not divide FC1's, 7 parts).
 void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, std::vector<int> rows, int last_rows,
                      uint32_t seed) {
   int sms = 0;

@@ -76,10 +76,12 @@ struct Params {
 // (warp 1) of an FC2 item spins (acquire) until t's counter reaches CONS x FC1's m-tiles, or sees every FC1 item done
 // (after which it checks no more), and only then loads the token rows by TMA (after a proxy fence: the rows were
 // written by the generic proxy, TMA reads by the async one). The weight producer (warp 0) never waits: FC2's
-// weights stream while FC1's last items finish. All FC1 items precede every FC2 item in the counter's order and no
-// FC1 item waits, so every wait ends once the CTAs holding FC1 items run: the persistent grid is sized to be
-// co-resident, and a CTA that is not yet resident (its SM busy with another stream's kernel) holds only its static
-// first item, one of the lowest indices, and gets its SM when that kernel ends. One launch instead of two removes
+// weights stream while FC1's last items finish. Every item waits only for earlier items in the counter's order
+// (an FC2 item for FC1 items, which all precede it; a split FC1 tile's last part for its other parts), and each
+// CTA runs its items in the order it took them, so every wait ends once the CTAs holding the earlier items run:
+// the persistent grid is sized to be co-resident, and a CTA that is not yet resident (its SM busy with another
+// stream's kernel) holds only its static first item, one of the lowest indices, and gets its SM when that kernel
+// ends (a launch of one GEMM never waits: reduce_split_any_order). One launch instead of two removes
 // a kernel boundary: the FC1 tail overlaps FC2's first weight copies (docs/perf.md, sm90 steps 18-21).
 struct LaunchParams {
   Params op[2];            // op[1] only for kChain
@@ -106,7 +108,8 @@ struct LaunchParams {
   float4* partials = nullptr;
 };
 
-// The split reduction of one consumer warpgroup's tile (split items only). Part r < S-1 stores its
+// The split reduction of one consumer warpgroup's tile in a chained launch (split items only; a launch of
+// one GEMM uses reduce_split_any_order below). Part r < S-1 stores its
 // accumulators to the workspace (store_split_part) and hands its count to the signal warp, which
 // releases it at the tile's counters (run_signal_warp): nothing on the consumers' path waits for a round
 // trip. Part S-1, the tile's last item in the launch's order, waits until the other S-1 have counted in
@@ -114,9 +117,11 @@ struct LaunchParams {
 // its own accumulators last (bit-identical whoever finishes first), zeroes them and the counter (a run
 // leaves the whole workspace zero, as GroupedGemmArgs::workspace promises, so a later run of any shape or
 // tactic on the same workspace finds its counters at zero), then runs the epilogue. Waiting cannot
-// deadlock: the other parts are earlier items, and every CTA runs its items in the order it took them,
-// so they were taken before and never wait for a later item. (Until step 33 the last part to arrive
-// reduced, so every part's consumers waited for a fence, the atomic's return and S dependent loads.)
+// deadlock within the launch: every item waits only for earlier items (FC2's for FC1's, a last part for
+// the other parts), every CTA runs its items in the order it took them, and a CTA that is not resident yet
+// holds only its static first item and gets its SM when the kernels beside it end, which never wait.
+// (Until step 33 the last part to arrive reduced, so every part's consumers waited for a fence, the
+// atomic's return and S dependent loads.)
 template <class Cfg>
 __device__ __forceinline__ void store_split_part(const float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
                                                  float4* __restrict__ partials, int first_item, int part, int consumer,
@@ -191,6 +196,74 @@ __device__ __forceinline__ void reduce_split(float (&acc)[Cfg::kM64PerConsumer][
         __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
 }
 
+// The split reduction of a launch that runs one GEMM (FC1 or FC2 alone; a chained launch uses
+// store_split_part / reduce_split above): stores this part's accumulators, counts the part in; the last
+// part to arrive sums the S partials in part order into
+// acc (bit-identical whatever the arrival order), zeroes them and the tile's counter (a run leaves the
+// whole workspace zero, as GroupedGemmArgs::workspace promises, so a later run of any shape or tactic
+// on the same workspace finds its counters at zero) and returns true; the others return false and
+// skip the epilogue. The barriers and fences around thread 0's atomic order every thread's partial
+// stores before the count and the last part's loads (L2, ld.global.cg) after it. No part waits for
+// another, so such a launch always finishes even when its CTAs are not all resident at once: a chained
+// launch may then wait for it (the engine's shared expert runs FC1 and FC2 this way on a side stream while
+// the routed chain runs), and two launches that both wait could each hold SMs the other needs.
+template <class Cfg>
+__device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
+                                             float4* __restrict__ partials, int* __restrict__ counter, int first_item,
+                                             int part, int parts, int consumer, int tid, int32_t* s_flag) {
+  constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
+  constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
+  float4* mine = partials + (first_item + part) * kItemVecs + consumer * kVecs * 128 + tid;
+#pragma unroll
+  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+    for (int v = 0; v < Cfg::kBN / 8; ++v)
+      mine[(u * (Cfg::kBN / 8) + v) * 128] =
+          make_float4(acc[u][4 * v], acc[u][4 * v + 1], acc[u][4 * v + 2], acc[u][4 * v + 3]);
+  named_barrier_sync(1 + consumer, 128);
+  if (tid == 0) {
+    __threadfence();
+    const bool last = atomicAdd(counter, 1) == parts - 1;
+    if (last) {
+      *counter = 0;  // every part has arrived: nothing else touches it in this launch
+      __threadfence();
+    }
+    s_flag[consumer] = last ? 1 : 0;
+  }
+  named_barrier_sync(1 + consumer, 128);
+  // Every part loads and sums; only the last one's sums are used (the others may read partials still
+  // in flight, or already zeroed, and discard them): the registers are then written on every path, and
+  // a reduction on the last part's path only made ptxas serialise the chained kernel's wgmmas (C7520).
+  const bool last = s_flag[consumer] != 0;
+  float4* first = partials + first_item * kItemVecs + consumer * kVecs * 128 + tid;
+#pragma unroll
+  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+    for (int v = 0; v < Cfg::kBN / 8; ++v) {
+      const float4* slot = first + (u * (Cfg::kBN / 8) + v) * 128;
+      float4 sum = __ldcg(slot);
+#pragma unroll 1  // unrolled, the loads in flight cost the two-CTA tiles' consumers a spill
+      for (int r = 1; r < parts; ++r) {
+        const float4 x = __ldcg(slot + r * kItemVecs);
+        sum.x += x.x;
+        sum.y += x.y;
+        sum.z += x.z;
+        sum.w += x.w;
+      }
+      acc[u][4 * v] = sum.x;
+      acc[u][4 * v + 1] = sum.y;
+      acc[u][4 * v + 2] = sum.z;
+      acc[u][4 * v + 3] = sum.w;
+    }
+  if (last)  // zero the partials for the next run (after this thread's loads of the same addresses)
+    for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+      for (int v = 0; v < Cfg::kBN / 8; ++v)
+#pragma unroll 1
+        for (int r = 0; r < parts; ++r)
+          __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  return last;
+}
+
 // What the consumers hand to the signal warp after an item (signal ring slot: kind, argument).
 enum SignalKind : int32_t {
   kSignalEnd = 0,        // no more items: count the CTA done (a chained launch) and leave
@@ -211,24 +284,23 @@ enum SignalKind : int32_t {
 template <LaunchMode kMode, class Cfg>
 __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint64_t* sig_empty, const int32_t* s_sig,
                                 int extra_counters, int lane) {
+  if (lane != 0) return;  // one thread does it all: no lane reads a slot the consumers may refill
   for (int s = 0;; ++s) {
     const int slot = s % kSignalRing;
     mbar_wait(&sig_full[slot], static_cast<uint32_t>(s / kSignalRing) & 1u);
     const int kind = s_sig[slot * kSignalInts], arg = s_sig[slot * kSignalInts + 1];
-    if (lane == 0) {
-      if (kind != kSignalEnd) fence_acq_rel_gpu();
-      if (kind == kSignalSplitPart) {
+    if (kind != kSignalEnd) fence_acq_rel_gpu();
+    if (kind == kSignalSplitPart) {
 #pragma unroll
-        for (int c = 0; c < Cfg::kConsumers; ++c) atomicAdd(&p.split_counters[arg + c], 1);  // results unused: reductions
-      } else if (kind == kSignalFc1Tile) {
-        atomicAdd(&p.counters[3 + arg], Cfg::kConsumers);
-        atomicAdd(&p.counters[2], Cfg::kConsumers);
-      }
-      mbar_arrive(&sig_empty[slot]);
+      for (int c = 0; c < Cfg::kConsumers; ++c) atomicAdd(&p.split_counters[arg + c], 1);  // results unused: reductions
+    } else if (kind == kSignalFc1Tile) {
+      atomicAdd(&p.counters[3 + arg], Cfg::kConsumers);
+      atomicAdd(&p.counters[2], Cfg::kConsumers);
     }
+    mbar_arrive(&sig_empty[slot]);
     if (kind == kSignalEnd) break;
   }
-  if (kMode == LaunchMode::kChain && lane == 0) finish_work_items(p.counters, extra_counters);
+  if (kMode == LaunchMode::kChain) finish_work_items(p.counters, extra_counters);
 }
 
 // The consumers' side of a hand-over (every consumer thread, after its own stores of the item).
@@ -313,6 +385,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   int32_t* s_sig = s_items + kItemRing * kItemInts;  // [kSignalRing][kSignalInts]
   Space* s_space = reinterpret_cast<Space*>(s_sig + kSignalRing * kSignalInts);
   int32_t* s_rows_routed = reinterpret_cast<int32_t*>(s_space) + kItemSpaceInts;  // [kRoutedRows]
+  int32_t* s_flag = s_rows_routed + kRoutedRows;  // [kConsumers]: reduce_split_any_order's "last part" flags
   static_assert(kRoutedRows >= kFrontMaxRows, "tile_config.h reserves too few routed rows");
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -426,14 +499,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     if constexpr (Cfg::kSplitCapable) {
       if (parts > 1) {
         const int base = space.split_base(o);
-        if (part != parts - 1) {
+        int* counter = p.split_counters + (base + unit) * Cfg::kConsumers + consumer;
+        if constexpr (kMode != LaunchMode::kChain) {
+          finish = reduce_split_any_order<Cfg>(res, p.partials, counter, base + unit * parts, part, parts, consumer,
+                                               tid, s_flag);
+        } else if (part != parts - 1) {
           store_split_part<Cfg>(res, p.partials, base + unit * parts, part, consumer, tid);
           finish = false;
           signal = kSignalSplitPart;
           signal_arg = (base + unit) * Cfg::kConsumers;
         } else {
-          reduce_split<Cfg>(res, p.partials, p.split_counters + (base + unit) * Cfg::kConsumers + consumer,
-                            base + unit * parts, parts, consumer, tid);
+          reduce_split<Cfg>(res, p.partials, counter, base + unit * parts, parts, consumer, tid);
         }
       }
     }

@@ -13,7 +13,7 @@
 // arrive releases, the wait acquires). When the items run out warp 0 writes -1, which sends warp 1
 // home, and completes one more stage with no copies (33 plain arrivals): the consumers wake up, read
 // -1 and leave. A CTA that starts late (its SM busy with another kernel) simply takes fewer items.
-// Then the CTA counts itself done (a chained launch: after the consumers' last item); the last CTA
+// Then the CTA counts itself done (a chained launch: the signal warp, after its last signal); the last CTA
 // resets the counters to zero for the next launch (sm90_scheduler.cuh). Without counters the items
 // are b, b + gridDim.x, ..., through the same ring. Warp 0 runs at most STAGES items ahead of the
 // consumers and warp 1 never behind them, so the 16-slot item ring is not overrun.
@@ -73,7 +73,8 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
   for (int j = 0;; ++j) {
     if (j > 0) {
       w = fetched_work_item(p.counters, fetched, w);
-      if (j == 1 && lane == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), kTraceFirstFetch, FP4MOE_TRACE_NOW());
+      if (j == 1 && lane == 0 && p.counters)
+        FP4MOE_TRACE_PUT(static_cast<int>(kMode), kTraceFirstFetch, FP4MOE_TRACE_NOW());
     }
     if (w >= space.total) {
       // No more work: the last fetch has returned (the CTA's done count follows the sentinel); warp 1
@@ -142,7 +143,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
   const int32_t* s_items = s_rows + Cfg::kBN;
   // The token of each grouped row of a batch the launch routed itself (after the item space).
   const int32_t* s_rows_routed = s_items + kItemRing * kItemInts + kSignalRing * kSignalInts + kItemSpaceInts;
-  // A chained FC2 item's token tile is ready when both consumer warpgroups of each FC1 m-tile signalled it.
+  // A chained FC2 item's token tile is ready when the consumer warpgroups of each FC1 m-tile signalled it.
   // Only the part of a split FC1 tile that finishes it signals.
   const int tile_ready = Cfg::kConsumers * space.mtiles0;
   const int fc1_all = Cfg::kConsumers * space.units0;  // every FC1 tile signalled

@@ -124,7 +124,8 @@ static_assert(sizeof(RingItem) == kItemInts * sizeof(int32_t), "tile_config.h si
 // fetched_work_item turns the result into the item index on every lane.
 // Without counters (null) the schedule is the static stride: item w is followed by w + gridDim.x.
 // ptxas turns the atomic into a warp-aggregated one whose result shuffle waits for it at once: the warp
-// stalls for the round trip right here (the weight producer fetches once the ring is full of the current item).
+// stalls for the round trip right here (the weight producer fetches after issuing the current item's last
+// copies, while the ring holds the stages the consumers have not reached).
 __device__ __forceinline__ int fetch_work_item(int* counters, int lane) {
   return counters && lane == 0 ? atomicAdd(&counters[0], 1) : 0;
 }

@@ -23,7 +23,9 @@
 //   then the signal ring [kSignalRing][kSignalInts] (int32): the consumers' hand-overs to the signal warp,
 //   then the launch's item space (sm90_scheduler.cuh, ItemSpace: kItemSpaceInts int32),
 //   then the token of each grouped row when the launch routes a decode batch itself [kRoutedRows] (int32;
-//   the routing's other scratch arrays use stage 0's token bytes before the producers start).
+//   the routing's other scratch arrays use stage 0's token bytes before the producers start),
+//   then one flag per consumer warpgroup (int32): "this split finished its tile" (the split reduction of a
+//   launch that runs one GEMM).
 #pragma once
 #include <cstdint>
 
@@ -92,7 +94,8 @@ struct TileConfig {
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
   static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing + 2 * kSignalRing) * 8;
   static constexpr int kTableBytes =
-      (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + kSignalRing * kSignalInts + kItemSpaceInts + kRoutedRows) * 4;
+      (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + kSignalRing * kSignalInts + kItemSpaceInts + kRoutedRows +
+       CONS) * 4;
   static constexpr bool kSplitCapable = split_capable(BN);
   // The chained kernel can route a decode batch in its prologue (LaunchParams::route): the n8 tiles,
   // which the heuristic gives the batches that routing serves (at most 64 pairs: a few rows per expert).
