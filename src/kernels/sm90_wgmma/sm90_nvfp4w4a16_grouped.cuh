@@ -209,17 +209,12 @@ __device__ __forceinline__ void reduce_split(float (&acc)[Cfg::kM64PerConsumer][
 // the routed chain runs), and two launches that both wait could each hold SMs the other needs.
 template <class Cfg>
 __device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
-                                             float4* __restrict__ partials, int* __restrict__ counter, int first_item,
-                                             int part, int parts, int consumer, int tid, int32_t* s_flag) {
+                                                       float4* __restrict__ partials, int* __restrict__ counter,
+                                                       int first_item, int part, int parts, int consumer, int tid,
+                                                       int32_t* s_flag) {
   constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
   constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
-  float4* mine = partials + (first_item + part) * kItemVecs + consumer * kVecs * 128 + tid;
-#pragma unroll
-  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-#pragma unroll
-    for (int v = 0; v < Cfg::kBN / 8; ++v)
-      mine[(u * (Cfg::kBN / 8) + v) * 128] =
-          make_float4(acc[u][4 * v], acc[u][4 * v + 1], acc[u][4 * v + 2], acc[u][4 * v + 3]);
+  store_split_part<Cfg>(acc, partials, first_item, part, consumer, tid);
   named_barrier_sync(1 + consumer, 128);
   if (tid == 0) {
     __threadfence();
