@@ -176,22 +176,6 @@ __device__ __forceinline__ int choose_split(bool capable, int mode, int units, i
   return s;
 }
 
-// The folded last expert's parts (ItemSpace below) from FC1's and FC2's stage counts, launch constants
-// the host computes once (LaunchParams::fold_parts): the smallest divisor of FC1's stages, up to
-// kMaxSplit, that makes a part shorter than an FC2 item (GLM-5: 24 stages, FC2 8: 4 parts of 6 stages;
-// DeepSeek-V3: 28 stages, FC2 8: 4 parts of 7), else the largest below that count; 1 (whole tiles) for a
-// prime stage count above kMaxSplit. Shorter parts fill the CTAs that wait for FC1 more evenly now that
-// a part's reduction costs its consumers nothing (GLM-5 T=1, docs/perf.md sm90 step 33: 3 / 4 / 6 parts
-// 67.9 / 67.3 / 70.8-73.0 us; with the reduction on the consumers' path, step 30, 3 parts were best).
-inline int fold_split_parts(int stages0, int stages1) {
-  const int target = stages1 > 0 && stages0 / stages1 + 1 > 2 ? stages0 / stages1 + 1 : 2;
-  for (int d = target; d <= kMaxSplit; ++d)
-    if (stages0 % d == 0) return d;
-  for (int d = (target - 1 < kMaxSplit ? target - 1 : kMaxSplit); d >= 2; --d)
-    if (stages0 % d == 0) return d;
-  return 1;
-}
-
 // The items of a launch: op 0's first, then (a chained launch) op 1's; split() turns a launch-wide item
 // into its op (0, or 1 for a chained launch's FC2) and its item within the op; part() then turns that
 // into the op's unit (the tile find_work_item locates), its K part, and the unit's index in the split
@@ -202,8 +186,8 @@ inline int fold_split_parts(int stages0, int stages1) {
 // (split0 == 1) and the other experts' units fit the machine's CTA slots once but the last expert's
 // units would spill into a second wave of whole tiles (GLM-5 at T = 1: 128 + 16 FC1 tiles of 24 k256
 // stages on 132 SMs), its units are split into parts a little shorter than an FC2 item (24 stages: four
-// parts of 6; the rule is fold_split_parts above): op 0's items are the other units, one item each,
-// then the xunits * xsplit parts, which the CTAs left over from the first wave and then the first to
+// parts of 6; the rule is fold_split_parts in tile_config.h): op 0's items are the other units, one item
+// each, then the xunits * xsplit parts, which the CTAs left over from the first wave and then the first to
 // finish take. Measured at GLM-5 T = 1 (docs/perf.md, sm90 step 30): whole tiles 88.0 us against 75.9-76.4
 // for 3 parts; with the parts first in the order 85.7-94.3, and again 72.3-72.8 against 67.9 in step 33
 // (the routed FC1 tiles the parts' CTAs take second delay their experts' FC2).

@@ -4,9 +4,9 @@
 //
 // CTA shape: 1 + CONS warpgroups (CONS = 2: 384 threads, or 4: 640). Warpgroup 0 is the producer (warp 0
 // issues the weight copies, warp 1 the token copies, warp 2 signals what the consumers stored, warp 3
-// leaves after setmaxnreg), warpgroups 1 .. CONS are consumers; consumer c owns the BM/64/CONS packed 64-row tiles c*BM/64/CONS .. of the CTA
-// tile and all BN tokens. All consumers read every stage, and a stage is freed when all have released
-// it, so they advance together.
+// leaves after setmaxnreg), warpgroups 1 .. CONS are consumers; consumer c owns the BM/64/CONS packed
+// 64-row tiles c*BM/64/CONS .. of the CTA tile and all BN tokens. All consumers read every stage, and a
+// stage is freed when all have released it, so they advance together.
 //
 // Dynamic shared memory, from a 1024-byte aligned base (the 128-byte swizzle needs it):
 //   stage s at s * kStageBytes:
@@ -38,7 +38,7 @@ constexpr int kMaxExperts = 512;            // the work-list table lives in shar
 constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte aligned
 constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
 constexpr int kItemInts = 10;               // int32 per item ring slot: the decoded item (sm90_scheduler.cuh, RingItem)
-constexpr int kSignalRing = 4;              // consumer -> signal warp hand-overs in flight (sm90_nvfp4w4a16_grouped.cuh)
+constexpr int kSignalRing = 4;              // consumer -> signal warp hand-overs in flight (grouped.cuh)
 constexpr int kSignalInts = 2;              // int32 per signal ring slot: what to signal and its argument
 
 // Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
@@ -52,6 +52,22 @@ constexpr int kRoutedRows = 128;            // grouped rows of a batch the launc
 constexpr int kMaxSplitItems = 1024;
 constexpr int kMinAutoSplitStages = 4;      // the automatic choice leaves every split this many stages
 constexpr bool split_capable(int bn) { return bn <= 16; }
+// The folded last expert's parts (sm90_scheduler.cuh, ItemSpace) from FC1's and FC2's stage counts, launch constants
+// the host computes once (LaunchParams::fold_parts): the smallest divisor of FC1's stages, up to
+// kMaxSplit, that makes a part shorter than an FC2 item (GLM-5: 24 stages, FC2 8: 4 parts of 6 stages;
+// DeepSeek-V3: 28 stages, FC2 8: 4 parts of 7), else the largest below that count; 1 (whole tiles) for a
+// prime stage count above kMaxSplit. Shorter parts fill the CTAs that wait for FC1 more evenly now that
+// a part's reduction costs its consumers nothing (GLM-5 T=1, docs/perf.md sm90 step 33: 3 / 4 / 6 parts
+// 67.9 / 67.3 / 70.8-73.0 us; with the reduction on the consumers' path, step 30, 3 parts were best).
+constexpr int fold_split_parts(int stages0, int stages1) {
+  const int target = stages1 > 0 && stages0 / stages1 + 1 > 2 ? stages0 / stages1 + 1 : 2;
+  for (int d = target; d <= kMaxSplit; ++d)
+    if (stages0 % d == 0) return d;
+  for (int d = (target - 1 < kMaxSplit ? target - 1 : kMaxSplit); d >= 2; --d)
+    if (stages0 % d == 0) return d;
+  return 1;
+}
+
 // Workspace bytes of the split partials (the workspace's last region).
 constexpr int64_t split_partial_bytes(int bm, int bn) {
   return split_capable(bn) ? int64_t(kMaxSplitItems) * bm * bn * 4 : 0;
