@@ -11,8 +11,9 @@
 // Warp roles (128 (1 + CONS) threads, tile_config.h):
 //   warpgroup 0  producers (sm90_producer.cuh): warp 0 takes the work items and fills the stage ring with
 //                bulk (TMA) weight copies, warp 1 with the token rows (TMA or cp.async); setmaxnreg.dec
-//                to 56 (48 with two CTAs per SM, 40 with four consumers); warp 2 signals what the consumers
-//                stored (run_signal_warp: the GPU-scope fences and counts off their path); warp 3 leaves.
+//                to 56 (48 with two CTAs per SM, 40 with four consumers); in a chained launch warp 2 signals
+//                what the consumers stored (run_signal_warp: the GPU-scope fences and counts off their
+//                path); the other warps leave.
 //   warpgroups 1 .. CONS  consumers: setmaxnreg.inc to 224 (96 with two CTAs per SM, 104 with four
 //                consumers); dequantise the NVFP4 weights into wgmma A registers and run RS wgmma
 //                against the token tile (sm90_consumer.cuh).
@@ -266,7 +267,7 @@ enum SignalKind : int32_t {
   kSignalFc1Tile = 2,    // a chained FC1 tile's rows are stored: argument = its token tile
 };
 
-// Warp 2 (the signal warp): the releases at GPU scope that publish what the consumers stored, off their
+// Warp 2 of a chained launch (the signal warp): the releases at GPU scope that publish what the consumers stored, off their
 // path. Under the weight stream a fence at GPU scope takes about 3 us; the consumer warpgroups used to
 // wait for it after every chained FC1 tile (the next item's first wgmma needs all four warps) and, with
 // the atomic's return and the partials' loads, after every split part (docs/perf.md, sm90 step 33).
@@ -276,7 +277,7 @@ enum SignalKind : int32_t {
 // to each consumer warpgroup's counter of a split tile. The ring's empty barriers hold the consumers back
 // if this warp falls kSignalRing hand-overs behind. A chained launch's CTA counts itself done here, after
 // its last signal (they must precede the last CTA's reset of the tile counters).
-template <LaunchMode kMode, class Cfg>
+template <class Cfg>
 __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint64_t* sig_empty, const int32_t* s_sig,
                                 int extra_counters, int lane) {
   if (lane != 0) return;  // one thread does it all: no lane reads a slot the consumers may refill
@@ -295,7 +296,7 @@ __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint6
     mbar_arrive(&sig_empty[slot]);
     if (kind == kSignalEnd) break;
   }
-  if (kMode == LaunchMode::kChain) finish_work_items(p.counters, extra_counters);
+  finish_work_items(p.counters, extra_counters);
 }
 
 // The consumers' side of a hand-over (every consumer thread, after its own stores of the item).
@@ -453,7 +454,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     if (warp == 0)
       run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
-    if (warp == 2) run_signal_warp<kMode, Cfg>(p, sig_full, sig_empty, s_sig, 1 + s_prefix[num_experts], lane);
+    if (kMode == LaunchMode::kChain && warp == 2)
+      run_signal_warp<Cfg>(p, sig_full, sig_empty, s_sig, 1 + s_prefix[num_experts], lane);
     return;
   }
   // Consumer
@@ -494,7 +496,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     if constexpr (Cfg::kSplitCapable) {
       if (parts > 1) {
         const int base = space.split_base(o);
-        int* counter = p.split_counters + (base + unit) * Cfg::kConsumers + consumer;
+        const int counters0 = (base + unit) * Cfg::kConsumers;  // the tile's counters, one per consumer warpgroup
+        int* counter = p.split_counters + counters0 + consumer;
         if constexpr (kMode != LaunchMode::kChain) {
           finish = reduce_split_any_order<Cfg>(res, p.partials, counter, base + unit * parts, part, parts, consumer,
                                                tid, s_flag);
@@ -502,7 +505,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
           store_split_part<Cfg>(res, p.partials, base + unit * parts, part, consumer, tid);
           finish = false;
           signal = kSignalSplitPart;
-          signal_arg = (base + unit) * Cfg::kConsumers;
+          signal_arg = counters0;
         } else {
           reduce_split<Cfg>(res, p.partials, counter, base + unit * parts, parts, consumer, tid);
         }
@@ -538,11 +541,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     }
   }
   if (consumer == 0 && tid == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), 2, FP4MOE_TRACE_NOW());
-  // The signal warp leaves after this; in a chained launch it counts the CTA done after its last signal.
-  // One GEMM alone needs no such wait: the weight producer counts the CTA done after its last fetch,
-  // while the consumers still run, which keeps the done count's round trip off the kernel's end (1-2 us
-  // at T = 1 when the consumers did it for every launch).
-  signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, kSignalEnd, 0, sig_writer);
+  // A chained launch's signal warp leaves after this and counts the CTA done after its last signal. One
+  // GEMM alone has no signal warp (nothing to publish) and needs no such wait: the weight producer counts
+  // the CTA done after its last fetch, while the consumers still run, which keeps the done count's round
+  // trip off the kernel's end (1-2 us at T = 1 when the consumers did it for every launch).
+  if constexpr (kMode == LaunchMode::kChain)
+    signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, kSignalEnd, 0, sig_writer);
 #endif
 }
 

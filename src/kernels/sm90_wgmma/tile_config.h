@@ -3,8 +3,8 @@
 // kernel asks for. Host-only C++ (no CUDA headers).
 //
 // CTA shape: 1 + CONS warpgroups (CONS = 2: 384 threads, or 4: 640). Warpgroup 0 is the producer (warp 0
-// issues the weight copies, warp 1 the token copies, warp 2 signals what the consumers stored, warp 3
-// leaves after setmaxnreg), warpgroups 1 .. CONS are consumers; consumer c owns the BM/64/CONS packed
+// issues the weight copies, warp 1 the token copies, warp 2 of a chained launch signals what the consumers
+// stored, the others leave after setmaxnreg), warpgroups 1 .. CONS are consumers; consumer c owns the BM/64/CONS packed
 // 64-row tiles c*BM/64/CONS .. of the CTA tile and all BN tokens. All consumers read every stage, and a
 // stage is freed when all have released it, so they advance together.
 //
