@@ -10,13 +10,20 @@
 #   usage: scripts/gpu_check.sh OUTDIR   (BENCH_TOKENS=1,8,... and BENCH_ITERS=N override the bench,
 #   BENCH_TP=N / BENCH_EP=N the tensor- / expert-parallel shard also benchmarked (default 8, 0: none);
 #   TEST_TIMEOUT / SANITIZER_TIMEOUT / BENCH_TIMEOUT, in seconds, bound each step so a hang cannot eat
-#   the run: a step that runs out of time is reported as TIMEOUT)
+#   the run: a step that runs out of time is reported as TIMEOUT; STEPS=tests,sanitize,bench (the default: all
+#   three) runs only the steps named, e.g. STEPS=bench to re-time binaries whose tests already passed)
 set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 stage=$root/.gpubuild
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+steps=",${STEPS:-tests,sanitize,bench},"
+for st in ${steps//,/ }; do
+  case "$st" in tests | sanitize | bench) ;; *) echo "STEPS: unknown step '$st' (expected tests, sanitize, bench)"; exit 2 ;; esac
+done
+want() { [[ "$steps" == *",$1,"* ]]; }
+want tests || want sanitize || want bench || { echo "STEPS='${STEPS:-}' names no step (expected tests, sanitize, bench)"; exit 2; }
 
 if [ ! -x "$stage/bin/fp4moe" ] && [ -f "$root/.gpubuild.tar.xz" ]; then
   tar -C "$root" -xJf "$root/.gpubuild.tar.xz" || { echo "could not unpack $root/.gpubuild.tar.xz"; exit 1; }
@@ -38,7 +45,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 note "device: $(tail -n 1 "$out/device.txt")"
 
 # 1. GPU tests (the manifest written by gpu_build.sh: "bin NAME ARGS" or "py SCRIPT ARGS")
-while read -r kind t args; do
+want tests || note "tests: not run (STEPS=${STEPS:-})"
+want tests && while read -r kind t args; do
   [ -n "${t:-}" ] || continue
   name=$(basename "$t" .py)
   if [ "$kind" = missing ]; then
@@ -92,19 +100,25 @@ sanitize() {
 # racecheck did not finish the two-stream forward within minutes. Its run time on the warp-specialised
 # kernels (warps spinning on mbarriers) varies from run to run for the same binary, from under a second
 # to minutes for Sanitize.EngineForward on the H200: a TIMEOUT here is not a hazard (docs/perf.md).
-FP4MOE_SERIAL_STREAM=0 sanitize memcheck sanitize_memcheck.log memcheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
-FP4MOE_SERIAL_STREAM=1 sanitize racecheck sanitize_racecheck.log racecheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
-# racecheck of every sm90 tactic on the tactics test's shapes (longer reductions and more rows than the
-# Sanitize.* cases, so every stage of the ring is reused), one GEMM at a time and chained (docs/perf.md,
-# sm90 step 24: clean since every consumer thread releases the stages it read)
-sanitize "racecheck (sm90 tactics)" sanitize_racecheck_sm90.log racecheck "$stage/tests/sm90_tactics_test" \
-  --gtest_filter='*EveryTactic*:*Chained*'
+if want sanitize; then
+  FP4MOE_SERIAL_STREAM=0 sanitize memcheck sanitize_memcheck.log memcheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
+  FP4MOE_SERIAL_STREAM=1 sanitize racecheck sanitize_racecheck.log racecheck "$stage/tests/engine_gpu_test" --gtest_filter='Sanitize.*'
+  # racecheck of every sm90 tactic on the tactics test's shapes (longer reductions and more rows than the
+  # Sanitize.* cases, so every stage of the ring is reused), one GEMM at a time and chained (docs/perf.md,
+  # sm90 step 24: clean since every consumer thread releases the stages it read)
+  sanitize "racecheck (sm90 tactics)" sanitize_racecheck_sm90.log racecheck "$stage/tests/sm90_tactics_test" \
+    --gtest_filter='*EveryTactic*:*Chained*'
+else
+  note "compute-sanitizer: not run (STEPS=${STEPS:-})"
+fi
 
 # 3. benchmark (the engine's own choice, then the portable family alone) + PyTorch peer, same run
 tokens=${BENCH_TOKENS:-1,8,32,128,512,2048,8192}
 iters=${BENCH_ITERS:-10}
 dirs=()
+want bench || note "benchmarks: not run (STEPS=${STEPS:-})"
 for fam in any portable; do
+  want bench || break
   d="$out/bench_$fam"
   mkdir -p "$d"
   famopt=()
@@ -124,6 +138,7 @@ fi
 # 4. one GPU's shard of a multi-GPU layer, each with its peer on the same shard: BENCH_TP=8 (GLM-5's TP8:
 #    I / 8 per expert) and BENCH_EP=8 (rank 0 of EP8: 32 of 256 experts + the shared expert); 0 skips one
 for shard in "tp ${BENCH_TP:-8}" "ep ${BENCH_EP:-8}"; do
+  want bench || break
   read -r kind n <<<"$shard"
   [ "$n" != 0 ] || continue
   d="$out/bench_$kind$n"
