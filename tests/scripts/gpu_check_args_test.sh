@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh refuses what it cannot run before it unpacks or builds anything: no OUTDIR, an
-# unknown STEPS entry. It runs on a copy of the script in an empty tree (no staged binaries, no packed
-# ones) with a PATH that has no nvcc, so a check that came too late would end in "no staged binaries"
-# instead. Usage: gpu_check_args_test.sh PATH/TO/gpu_check.sh
+# unknown step or an empty list in STEPS. It runs on a copy of the script in an empty tree (no staged
+# binaries, no packed ones) with a PATH of only the two tools those checks use (so no nvcc, wherever one is
+# installed): a check that came too late would end in "no staged binaries" instead.
+# Usage: gpu_check_args_test.sh PATH/TO/gpu_check.sh
 set -u
 src=${1:?usage: gpu_check_args_test.sh PATH/TO/gpu_check.sh}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/root/scripts"
+mkdir -p "$tmp/root/scripts" "$tmp/bin"
 cp "$src" "$tmp/root/scripts/gpu_check.sh"
+for tool in dirname mkdir; do ln -s "$(command -v "$tool")" "$tmp/bin/$tool"; done
 fails=0
 # expect NAME WANT_RC WANT_TEXT CMD...: runs CMD, checks its exit status and that its output holds WANT_TEXT.
 expect() {
@@ -24,7 +26,7 @@ expect() {
     echo "ok   $name"
   fi
 }
-run() { env -i HOME="$tmp" PATH=/usr/bin:/bin "$@" bash "$tmp/root/scripts/gpu_check.sh" "${args[@]}"; }
+run() { env -i HOME="$tmp" PATH="$tmp/bin" "$@" "$BASH" "$tmp/root/scripts/gpu_check.sh" "${args[@]}"; }
 args=()
 expect "no OUTDIR" 1 "usage: scripts/gpu_check.sh OUTDIR" run
 args=("$tmp/out1")
