@@ -123,13 +123,35 @@ struct LaunchParams {
 // holds only its static first item and gets its SM when the kernels beside it end, which never wait.
 // (Until step 33 the last part to arrive reduced, so every part's consumers waited for a fence, the
 // atomic's return and S dependent loads.)
+// The split partials' layout, [kMaxSplitItems][consumer][M64 tile][BN/8][128 threads] float4: a thread
+// holds kSplitVecs float4 of an item, kSplitItemVecs apart from the next item's.
+template <class Cfg>
+constexpr int kSplitVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;
+template <class Cfg>
+constexpr int64_t kSplitItemVecs = int64_t(Cfg::kConsumers) * kSplitVecs<Cfg> * 128;
+// This consumer thread's first float4 of split item `item`.
+template <class Cfg>
+__device__ __forceinline__ float4* split_slot(float4* partials, int item, int consumer, int tid) {
+  return partials + item * kSplitItemVecs<Cfg> + consumer * kSplitVecs<Cfg> * 128 + tid;
+}
+// Zeroes this thread's float4 of `items` consecutive split items from `first` on (the reductions' reset
+// for the next run, after the thread's own loads of the same addresses).
+template <class Cfg>
+__device__ __forceinline__ void zero_split_parts(float4* first, int items) {
+#pragma unroll
+  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+    for (int v = 0; v < Cfg::kBN / 8; ++v)
+#pragma unroll 1
+      for (int r = 0; r < items; ++r)
+        __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kSplitItemVecs<Cfg>, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+}
+
 template <class Cfg>
 __device__ __forceinline__ void store_split_part(const float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
                                                  float4* __restrict__ partials, int first_item, int part, int consumer,
                                                  int tid) {
-  constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
-  constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
-  float4* mine = partials + (first_item + part) * kItemVecs + consumer * kVecs * 128 + tid;
+  float4* mine = split_slot<Cfg>(partials, first_item + part, consumer, tid);
 #pragma unroll
   for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
 #pragma unroll
@@ -142,9 +164,9 @@ template <class Cfg>
 __device__ __forceinline__ void reduce_split(float (&acc)[Cfg::kM64PerConsumer][Cfg::kBN / 2],
                                              float4* __restrict__ partials, int* __restrict__ counter, int first_item,
                                              int parts, int consumer, int tid) {
-  constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
-  constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
-  float4* first = partials + first_item * kItemVecs + consumer * kVecs * 128 + tid;
+  constexpr int kVecs = kSplitVecs<Cfg>;
+  constexpr int64_t kItemVecs = kSplitItemVecs<Cfg>;
+  float4* first = split_slot<Cfg>(partials, first_item, consumer, tid);
   if (tid == 0) {
     while (ld_acquire_gpu(counter) < parts - 1) {
     }
@@ -187,14 +209,7 @@ __device__ __forceinline__ void reduce_split(float (&acc)[Cfg::kM64PerConsumer][
       acc[u][4 * v + 2] = s.z + acc[u][4 * v + 2];
       acc[u][4 * v + 3] = s.w + acc[u][4 * v + 3];
     }
-  // Zero the other parts' partials for the next run (after this thread's loads of the same addresses).
-#pragma unroll
-  for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-#pragma unroll
-    for (int v = 0; v < Cfg::kBN / 8; ++v)
-#pragma unroll 1
-      for (int r = 0; r < parts - 1; ++r)
-        __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  zero_split_parts<Cfg>(first, parts - 1);  // the other parts' partials
 }
 
 // The split reduction of a launch that runs one GEMM (FC1 or FC2 alone; a chained launch uses
@@ -213,8 +228,6 @@ __device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64Per
                                                        float4* __restrict__ partials, int* __restrict__ counter,
                                                        int first_item, int part, int parts, int consumer, int tid,
                                                        int32_t* s_flag) {
-  constexpr int kVecs = Cfg::kM64PerConsumer * Cfg::kBN / 8;  // float4 per thread
-  constexpr int64_t kItemVecs = int64_t(Cfg::kConsumers) * kVecs * 128;
   store_split_part<Cfg>(acc, partials, first_item, part, consumer, tid);
   named_barrier_sync(1 + consumer, 128);
   if (tid == 0) {
@@ -231,7 +244,7 @@ __device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64Per
   // in flight, or already zeroed, and discard them): the registers are then written on every path, and
   // a reduction on the last part's path only made ptxas serialise the chained kernel's wgmmas (C7520).
   const bool last = s_flag[consumer] != 0;
-  float4* first = partials + first_item * kItemVecs + consumer * kVecs * 128 + tid;
+  float4* first = split_slot<Cfg>(partials, first_item, consumer, tid);
 #pragma unroll
   for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
 #pragma unroll
@@ -240,7 +253,7 @@ __device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64Per
       float4 sum = __ldcg(slot);
 #pragma unroll 1  // unrolled, the loads in flight cost the two-CTA tiles' consumers a spill
       for (int r = 1; r < parts; ++r) {
-        const float4 x = __ldcg(slot + r * kItemVecs);
+        const float4 x = __ldcg(slot + r * kSplitItemVecs<Cfg>);
         sum.x += x.x;
         sum.y += x.y;
         sum.z += x.z;
@@ -251,12 +264,7 @@ __device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64Per
       acc[u][4 * v + 2] = sum.z;
       acc[u][4 * v + 3] = sum.w;
     }
-  if (last)  // zero the partials for the next run (after this thread's loads of the same addresses)
-    for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
-      for (int v = 0; v < Cfg::kBN / 8; ++v)
-#pragma unroll 1
-        for (int r = 0; r < parts; ++r)
-          __stcg(first + (u * (Cfg::kBN / 8) + v) * 128 + r * kItemVecs, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  if (last) zero_split_parts<Cfg>(first, parts);
   return last;
 }
 
