@@ -69,10 +69,9 @@ TEST(Sm90Layout, RoundTripFc2WithTails) { expect_round_trip(random_canonical(Gem
 TEST(Sm90Layout, RoundTripFc1WithTails) { expect_round_trip(random_canonical(GemmOp::kFc1SwiGlu, 2, 80, 144, 2, false)); }
 TEST(Sm90Layout, RoundTripNanScales) { expect_round_trip(random_canonical(GemmOp::kFc2, 1, 64, 128, 3, true)); }
 
-// Every code in every slot decodes with the kernel's formulas to bf16 bits whose value is
-// e2m1 * 2^-126; every E4M3 scale transcodes to bf16 bits of scale * 2^107.
+// Every code in every slot decodes with the kernel's formulas (decode_code_word, host build) to bf16
+// bits whose value is e2m1 * 2^-126; every E4M3 scale transcodes to bf16 bits of scale * 2^107.
 TEST(Sm90Layout, KernelBitFormulas) {
-  const uint32_t M = 0x81C081C0u;
   for (uint32_t lo = 0; lo < 16; ++lo)
     for (uint32_t hi = 0; hi < 16; ++hi)
       for (int slot = 0; slot < 4; ++slot) {
@@ -82,13 +81,9 @@ TEST(Sm90Layout, KernelBitFormulas) {
         // Garbage in the other slots must not leak into this slot's pair.
         for (int other = 0; other < 4; ++other)
           if (other != slot) w = sm90::place_code(sm90::place_code(w, other, 0, 15), other, 1, 15);
-        uint32_t pair;
-        switch (slot) {
-          case 0: pair = w & M; break;
-          case 1: pair = (w << 3) & M; break;
-          case 2: pair = (w << 6) & M; break;
-          default: pair = ((w >> 4) & 0x00400040u) | ((w >> 6) & 0x01800180u) | ((w << 4) & 0x80008000u); break;
-        }
+        uint32_t pairs[4];
+        sm90::decode_code_word(w, pairs);
+        const uint32_t pair = pairs[slot];
         const float vlo = bf16_bits_to_f32(static_cast<uint16_t>(pair & 0xFFFF));
         const float vhi = bf16_bits_to_f32(static_cast<uint16_t>(pair >> 16));
         EXPECT_EQ(static_cast<double>(vlo), std::ldexp(static_cast<double>(e2m1_decode(lo)), -126)) << slot << " " << lo;
@@ -104,6 +99,21 @@ TEST(Sm90Layout, KernelBitFormulas) {
     EXPECT_EQ(pair & 0xFFFF, sm90::e5m3u_to_bf16_bits(u));
   }
   EXPECT_TRUE(std::isnan(bf16_bits_to_f32(sm90::e5m3u_to_bf16_bits(sm90::e4m3_to_e5m3u(0x7F)))));
+}
+
+// The placement uses each of a word's 32 bits exactly once (4 slots x 2 elements x 4 code bits).
+TEST(Sm90Layout, CodeBitsTileTheWord) {
+  uint32_t seen = 0;
+  for (int slot = 0; slot < 4; ++slot)
+    for (int half = 0; half < 2; ++half)
+      for (int b = 0; b < 4; ++b) {
+        const int pos = sm90::code_bit_position(slot, half, b);
+        ASSERT_GE(pos, 0);
+        ASSERT_LT(pos, 32);
+        EXPECT_EQ(seen & (1u << pos), 0u) << "slot " << slot << " half " << half << " bit " << b;
+        seen |= 1u << pos;
+      }
+  EXPECT_EQ(seen, 0xFFFFFFFFu);
 }
 
 TEST(Sm90Layout, PaddingIsZero) {

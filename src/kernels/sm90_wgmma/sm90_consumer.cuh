@@ -11,10 +11,12 @@
 // Per packed k64 chunk a thread loads 16 bytes of codes (LDS.128 at 16*T: conflict-free) and 8 bytes of
 // scales (LDS.64, the four lanes of a quad read the same 8 bytes: broadcast), then per k16 step s:
 //   word = codes[s];  S = ((u << 4 or u >> 4) & 0x0FF00FF0) | 0x70007000  (scale pair of R0, R1)
-//   a0 = (word & M) * S.lo   a1 = ((word << 3) & M) * S.hi   a2 = ((word << 6) & M) * S.lo
-//   a3 = (three shifts, masks) * S.hi,   M = 0x81C081C0, '*' = mul.rn.bf16x2 with a broadcast half
-// (sm90_layout.h explains the bit placement and why every product is exact). That is 11 integer
-// operations (left shifts go to the FMA pipe as IMAD.SHL), 2 for the scale pair and 4 bf16x2
+//   (p0, p1, p2, p3) = decode_code_word(word): word & M, (word << 6) & M, rotl(word, 10) & M and
+//   slot 3 from two pieces (sm90_layout.h: the bit placement, and why every product is exact)
+//   a0 = p0 * S.lo   a1 = p1 * S.hi   a2 = p2 * S.lo   a3 = p3 * S.hi,   M = 0x81C081C0,
+//   '*' = mul.rn.bf16x2 with a broadcast half.
+// That is 9 integer operations (five LOP3 and four shifts; ptxas puts left shifts on the FMA pipe as
+// IMAD.SHL, the rotation and the right shift are SHF on the ALU pipe), 2 for the scale pair and 4 bf16x2
 // multiplies (HMUL2.BF16 with the .H0_H0 / .H1_H1 operand swizzle) per 8 weights.
 //
 // Pipeline per stage: wait on the full barrier, fence.proxy.async (the token bytes came through
@@ -32,8 +34,6 @@
 
 namespace fp4moe {
 namespace sm90 {
-
-constexpr uint32_t kCodeMask = 0x81C081C0u;
 
 // x * (s.lo, s.lo) and x * (s.hi, s.hi) in bf16x2.
 __device__ __forceinline__ uint32_t mul_bf16x2_lo(uint32_t x, uint32_t s) {
@@ -62,14 +62,12 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
 template <bool kOddStep>
 __device__ __forceinline__ void dequant_kstep(uint32_t w, uint32_t scale_word, uint32_t (&a)[4]) {
   const uint32_t s = and_or(kOddStep ? (scale_word >> 4) : (scale_word << 4), 0x0FF00FF0u, 0x70007000u);
-  const uint32_t o0 = w & kCodeMask;
-  const uint32_t o1 = (w << 3) & kCodeMask;
-  const uint32_t o2 = (w << 6) & kCodeMask;
-  const uint32_t o3 = ((w >> 4) & 0x00400040u) | ((w >> 6) & 0x01800180u) | ((w << 4) & 0x80008000u);
-  a[0] = mul_bf16x2_lo(o0, s);
-  a[1] = mul_bf16x2_hi(o1, s);
-  a[2] = mul_bf16x2_lo(o2, s);
-  a[3] = mul_bf16x2_hi(o3, s);
+  uint32_t o[4];
+  decode_code_word(w, o);
+  a[0] = mul_bf16x2_lo(o[0], s);
+  a[1] = mul_bf16x2_hi(o[1], s);
+  a[2] = mul_bf16x2_lo(o[2], s);
+  a[3] = mul_bf16x2_hi(o[3], s);
 }
 
 // One packed k64 chunk of one 64-row tile: block = its shared-memory copy (sm90_layout.h).

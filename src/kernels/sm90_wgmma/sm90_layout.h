@@ -18,15 +18,20 @@
 // Codes of thread T, word s (bytes 4s..4s+3, little endian) = k16 step s of the chunk, k0 = 64c + 16s:
 //   slot 0 -> A register a0: (R0, k0+2q) in the low half, (R0, k0+2q+1) in the high half
 //   slot 1 -> a1: (R1, k0+2q | +1)   slot 2 -> a2: (R0, k0+2q+8 | +9)   slot 3 -> a3: (R1, k0+2q+8 | +9)
-// Bit positions of a code's bits (m = mantissa, e0/e1 = exponent, s = sign) inside each 16-bit half:
-//   slot 0: m 6, e0 7, e1 8, s 15   -> bf16 pair = w & 0x81C081C0
-//   slot 1: m 3, e0 4, e1 5, s 12   -> (w << 3) & 0x81C081C0
-//   slot 2: m 0, e0 1, e1 2, s 9    -> (w << 6) & 0x81C081C0
-//   slot 3: m 10, s 11, e0 13, e1 14 -> (w>>4 & 0x00400040) | (w>>6 & 0x01800180) | (w<<4 & 0x80008000)
+// Bit positions of a code's bits (m = mantissa, e0/e1 = exponent, s = sign) in the 32-bit word, low
+// element (half 0) / high element (half 1); the pair of slot i comes out in bf16 bits m 6, e0 7, e1 8,
+// s 15 of each half (22, 23, 24, 31 for the high element), M = 0x81C081C0:
+//   slot 0: m 6 / 22,   e0 7 / 23,  e1 8 / 24,  s 15 / 31  -> w & M
+//   slot 1: m 0 / 16,   e0 1 / 17,  e1 2 / 18,  s 9 / 25   -> (w << 6) & M
+//   slot 2: m 28 / 12,  e0 29 / 13, e1 30 / 14, s 5 / 21   -> rotl(w, 10) & M
+//   slot 3: m 10 / 26,  e0 3 / 19,  e1 4 / 20,  s 11 / 27  -> ((w >> 4) & 0x00400040) | ((w << 4) & 0x81808180)
+// (decode_code_word below): 9 integer operations for 8 codes, five masks (LOP3, two for slot 3) and
+// four shifts, one of them a rotation. The output pattern {6, 7, 8, 15, 22, 23, 24, 31} cannot tile 32
+// bits (nor 64 or 128 across words) with four shifts or rotations, so one slot needs two pieces; and an
+// exhaustive search over shifts, rotations and two-piece splits finds no placement without a rotation.
+// The previous placement (the same in both halves, slot 3 from three pieces) took 11.
 // With m at bf16 bit 6 and e1e0 at bits 8..7 the bf16 value is exactly e2m1 * 2^-126 (e = 0 gives the
 // bf16 subnormal 0.m * 2^-126, which is E2M1's own subnormal rule), so no table and no add is needed.
-// (No placement lets four pairs come out of one word by a single shift each: the pattern {0,1,2,9}
-// cannot tile 16 bits, so the fourth pair costs three shifts.)
 //
 // Scales of quad (w, g), 8 bytes = words u0 (k16 steps 0, 1) and u1 (steps 2, 3):
 //   u0 bytes = [sc(R0, s0), sc(R0, s1), sc(R1, s0), sc(R1, s1)], u1 likewise for steps 2 and 3.
@@ -55,22 +60,41 @@ constexpr int kPackBlockBytes = kPackCodeBytes + kPackScaleBytes;
 constexpr float kAccumulatorScale = 524288.0f;  // 2^19, see the product above
 static_assert(kPackBlockBytes % 16 == 0, "packed blocks must stay 16-byte aligned for bulk copies");
 
-// Bit position of code bit b (0 m, 1 e0, 2 e1, 3 s) of slot `slot` in the low half of a word.
-FP4MOE_HD int code_bit_position(int slot, int b) {
-  constexpr int pos[4][4] = {{6, 7, 8, 15}, {3, 4, 5, 12}, {0, 1, 2, 9}, {10, 13, 14, 11}};
-  return pos[slot][b];
+// Bit position (0..31) of code bit b (0 m, 1 e0, 2 e1, 3 s) of slot `slot`, element `half` of a word.
+FP4MOE_HD int code_bit_position(int slot, int half, int b) {
+  constexpr int pos[4][2][4] = {{{6, 7, 8, 15}, {22, 23, 24, 31}},
+                                {{0, 1, 2, 9}, {16, 17, 18, 25}},
+                                {{28, 29, 30, 5}, {12, 13, 14, 21}},
+                                {{10, 3, 4, 11}, {26, 19, 20, 27}}};
+  return pos[slot][half][b];
 }
 
 // Puts a 4-bit E2M1 code into slot `slot`, half `half` (0 low element, 1 high element) of a word.
 FP4MOE_HD uint32_t place_code(uint32_t word, int slot, int half, uint32_t code) {
   for (int b = 0; b < 4; ++b)
-    if ((code >> b) & 1u) word |= 1u << (code_bit_position(slot, b) + 16 * half);
+    if ((code >> b) & 1u) word |= 1u << code_bit_position(slot, half, b);
   return word;
 }
 FP4MOE_HD uint32_t extract_code(uint32_t word, int slot, int half) {
   uint32_t code = 0;
-  for (int b = 0; b < 4; ++b) code |= ((word >> (code_bit_position(slot, b) + 16 * half)) & 1u) << b;
+  for (int b = 0; b < 4; ++b) code |= ((word >> code_bit_position(slot, half, b)) & 1u) << b;
   return code;
+}
+
+constexpr uint32_t kCodeMask = 0x81C081C0u;  // bf16 bits 15, 8, 7, 6 of both halves
+
+// One word of codes -> the bf16 bits of its four pairs (value e2m1 * 2^-126 each), the kernel's own
+// formulas (the tests run them on the host). On the device the rotation is one funnel shift (SHF.L.W).
+FP4MOE_HD void decode_code_word(uint32_t w, uint32_t (&pair)[4]) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t r10 = __funnelshift_l(w, w, 10);
+#else
+  const uint32_t r10 = (w << 10) | (w >> 22);
+#endif
+  pair[0] = w & kCodeMask;
+  pair[1] = (w << 6) & kCodeMask;
+  pair[2] = r10 & kCodeMask;
+  pair[3] = ((w >> 4) & 0x00400040u) | ((w << 4) & 0x81808180u);
 }
 
 // E4M3 magnitude (sign ignored) -> E5M3u byte; see the layout comment.
