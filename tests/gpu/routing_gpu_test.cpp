@@ -4,12 +4,14 @@
 // and the permutation (the one-block kernel for small batches, the three-kernel path for large ones)
 // against a stable grouping computed here; and the fused small-batch front end (launch_front_small) against
 // those separate launches, byte for byte, also with the token rows appended as one more expert (the
-// engine's folded shared expert). Outputs are poisoned first.
+// engine's folded shared expert); and the weighted combine (finalize) against the host. Outputs are
+// poisoned first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "engine/engine_kernels.h"
 #include "fp4moe/reference.h"
@@ -301,6 +303,58 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
                                                       nullptr, nullptr, engine::PermuteBuffers{}, nullptr, nullptr);
   EXPECT_EQ(bad_shard.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad_shard.message().find("[250, 258)"), std::string::npos) << bad_shard.message();
+}
+
+// The weighted combine (launch_finalize_partial) against the same operations on the host, byte for byte:
+// per token, fp32 products and sums in rank order, then the shared expert's row, rounded to bf16. One
+// token and several, top-k 8 (the batched loads) and 20 (one pair at a time), with and without a shared
+// row, and with an expert shard's dropped pairs (kept_rows) whose rows must not count. Outputs are
+// poisoned first.
+TEST(Finalize, EqualsHostCombine) {
+  const int64_t H = 1040;  // two column blocks of 256 threads x 8, the second partial
+  int checked = 0;
+  for (int64_t K : {8, 20})
+    for (int64_t T : {1, 3})
+      for (bool shared : {false, true})
+        for (bool shard : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "top-" << K << " T=" << T << (shared ? " shared" : "")
+                                            << (shard ? " kept rows" : ""));
+          const int64_t P = T * K, kept = shard ? P - 3 : P;
+          const uint64_t seed = 7700 + K * 31 + T * 7 + (shared ? 2 : 0) + (shard ? 1 : 0);
+          const std::vector<uint16_t> hy = random_bf16(static_cast<size_t>(P * H), seed);
+          const std::vector<uint16_t> hs = random_bf16(static_cast<size_t>(T * H), seed + 1);
+          const std::vector<float> hw = random_f32(static_cast<size_t>(P), seed + 2, 0.5f);
+          std::vector<int32_t> pos(static_cast<size_t>(P));  // pair -> grouped row: a permutation of 0 .. P-1
+          std::iota(pos.begin(), pos.end(), 0);
+          std::mt19937_64 rng(seed + 3);
+          std::shuffle(pos.begin(), pos.end(), rng);
+          Dev y = Dev::from(hy), ys = Dev::from(hs), w = Dev::from(hw), pp = Dev::from(pos);
+          Dev kr = Dev::from(std::vector<int32_t>{static_cast<int32_t>(kept)});
+          Dev out(static_cast<size_t>(T * H) * 2);
+          out.poison();
+          const Status st = engine::launch_finalize_partial(y.as<uint16_t>(), pp.as<int32_t>(), w.as<float>(),
+                                                            shard ? kr.as<int32_t>() : nullptr,
+                                                            shared ? ys.as<uint16_t>() : nullptr, T, K, H,
+                                                            out.as<uint16_t>(), nullptr);
+          ASSERT_TRUE(st.is_ok()) << st.to_string();
+          CUDA_OK(cudaDeviceSynchronize());
+          std::vector<uint16_t> want(static_cast<size_t>(T * H));
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t c = 0; c < H; ++c) {
+              float acc = 0.0f;
+              for (int64_t k = 0; k < K; ++k) {
+                const int64_t r = pos[static_cast<size_t>(t * K + k)];
+                if (r >= kept) continue;
+                const float prod = hw[static_cast<size_t>(t * K + k)] * bf16_bits_to_f32(hy[static_cast<size_t>(r * H + c)]);
+                acc = acc + prod;
+              }
+              if (shared) acc = acc + bf16_bits_to_f32(hs[static_cast<size_t>(t * H + c)]);
+              want[static_cast<size_t>(t * H + c)] = f32_to_bf16_bits(acc);
+            }
+          EXPECT_EQ(out.download<uint16_t>(want.size()), want);
+          ++checked;
+        }
+  EXPECT_EQ(checked, 16);
 }
 
 }  // namespace
