@@ -116,6 +116,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     (void)p;
     static_schedule_ = static_schedule_requested();
     prefetch_last_ = env_switch("FP4MOE_SM90_PREFETCH_LAST", true);
+    fetch_ahead_ = env_switch("FP4MOE_SM90_FETCH_AHEAD", true);
     Status ms = split_mode_requested(&split_mode_, desc_.name);
     if (!ms) return ms;
     int dev = 0;
@@ -168,6 +169,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) needs run_chained", desc_.name));
     LaunchParams prm;
+    prm.fetch_ahead = fetch_ahead_ ? 1 : 0;
     Status st = fill_op(args, &prm.op[0]);
     if (!st || p.total_rows == 0) return st;
     if (!aligned16(args.workspace))
@@ -197,6 +199,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: a chained launch needs the 16-byte aligned workspace (its tile counters)", desc_.name));
     LaunchParams prm;
+    prm.fetch_ahead = fetch_ahead_ ? 1 : 0;
     Status st = fill_op(a1, &prm.op[0]);
     if (st) st = fill_op(a2, &prm.op[1]);
     if (st && a1.routing) st = bind_routing(a1, &prm);
@@ -354,6 +357,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   bool static_schedule_ = false;  // FP4MOE_SM90_STATIC_SCHEDULE
   int split_mode_ = 0;            // FP4MOE_SM90_SPLIT_K (LaunchParams::split_mode)
   bool prefetch_last_ = true;     // FP4MOE_SM90_PREFETCH_LAST (LaunchParams::prefetch_last)
+  bool fetch_ahead_ = true;       // FP4MOE_SM90_FETCH_AHEAD (LaunchParams::fetch_ahead)
 };
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};

@@ -105,6 +105,7 @@ struct LaunchParams {
   int split_mode = 1;
   int split_slots = 0;     // SMs x CTAs per SM (the automatic split's budget of items)
   int fold_parts = 1;      // the folded last expert's parts where it splits (fold_split_parts, kChain)
+  int fetch_ahead = 1;     // the weight producer fetches short items ahead (sm90_producer.cuh)
   int* split_counters = nullptr;
   float4* partials = nullptr;
 };

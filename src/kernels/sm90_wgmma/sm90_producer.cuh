@@ -7,7 +7,9 @@
 //
 // Work items come from a global counter (dynamic persistent schedule): CTA b starts with item b, and
 // warp 0's lane 0 takes every further item with one atomicAdd, issued after the current item's last
-// copies so that its round trip overlaps the stages the ring holds. Each item goes into the item ring in shared memory, and
+// copies so that its round trip overlaps the stages the ring holds (items of at most half the ring's
+// stages, while enough remain, are fetched two ahead instead: run_weight_producer). Each item goes into
+// the item ring in shared memory, and
 // lane 0 then arrives on the ring slot's item barrier (warp 1 waits on it) and, after its first copies,
 // on the item's first full barrier (the consumers read the item after waiting on that stage: the
 // arrive releases, the wait acquires). When the items run out warp 0 writes -1, which sends warp 1
@@ -68,17 +70,32 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
   // began, a CTA took its next item up to a whole item early: at GLM-5 T=1 every CTA's second item was
   // taken before any first one had run, so the CTAs that finished early found their next items already
   // held by CTAs 30 us from them; docs/perf.md, sm90 step 33.)
+  // Short items (at most half the ring's stages: TP8's FC2 of one k256 stage) are fetched ahead instead
+  // while more than four items per CTA remain: at such an item's start lane 0 keeps two fetches in
+  // flight (fetch_work_item_early), so the next items' round trips overlap this one's copies and waits;
+  // without it each one-stage item waited about 0.7 us for its own fetch (docs/perf.md, sm90 step 38e).
+  // Near the end a CTA holding items ahead would keep them from CTAs that are free (TP8 T=1: 0.7 us
+  // slower with the rule unbounded, step 39). ahead0 / ahead1: the results, oldest first.
   int w = blockIdx.x;
   int fetched = 0;
+  int ahead0 = 0, ahead1 = 0, nahead = 0;
   for (int j = 0;; ++j) {
     if (j > 0) {
-      w = fetched_work_item(p.counters, fetched, w);
+      int raw = fetched;
+      if (nahead > 0) {
+        raw = ahead0;
+        ahead0 = ahead1;
+        --nahead;
+      }
+      w = fetched_work_item(p.counters, raw, w);
       if (j == 1 && lane == 0 && p.counters)
         FP4MOE_TRACE_PUT(static_cast<int>(kMode), kTraceFirstFetch, FP4MOE_TRACE_NOW());
     }
     if (w >= space.total) {
-      // No more work: the last fetch has returned (the CTA's done count follows the sentinel); warp 1
-      // goes home, and one empty stage carries the sentinel to the consumers.
+      // No more work: the last fetch has returned (the CTA's done count follows the sentinel), and so
+      // have the fetches ahead (past the end too), read here; warp 1 goes home, and one empty stage
+      // carries the sentinel to the consumers.
+      if (nahead > 0) await_fetches(ahead0, nahead > 1 ? ahead1 : 0, s_items + (j % kItemRing) * kItemInts);
       if (lane == 0) {
         put_ring_item(s_items + (j % kItemRing) * kItemInts, RingItem{-1, 0, 0, 1, 0, WorkItem{}});
         mbar_arrive(&item_bar[j % kItemRing]);
@@ -110,6 +127,12 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
     const uint8_t* wsrc = wexp + (static_cast<int64_t>(tile0) * q.kchunks + part * nstages * Cfg::kChunksPerStage) *
                                      kPackBlockBytes;
     const uint32_t tx = Cfg::kWeightTileBytes * ntiles + (q.tok_tma ? Cfg::kTokenBytes : 0);
+    if (p.fetch_ahead && p.counters != nullptr && 2 * nstages <= Cfg::kStages &&
+        space.total - w > 4 * static_cast<int>(gridDim.x)) {
+      if (nahead == 0) ahead0 = fetch_work_item_early(p.counters, lane);
+      if (nahead <= 1) ahead1 = fetch_work_item_early(p.counters, lane);
+      nahead = 2;
+    }
     for (int ks = 0; ks < nstages; ++ks) {
       mbar_wait(&empty[stage], phase ^ 1u);
       if (lane == 0) {
@@ -130,7 +153,7 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
         phase ^= 1u;
       }
     }
-    fetched = fetch_work_item(p.counters, lane);
+    if (nahead == 0) fetched = fetch_work_item(p.counters, lane);
   }
 }
 

@@ -26,6 +26,7 @@
 // with FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ..., the same item ring and
 // sentinel, no atomics.
 #pragma once
+#include <climits>
 #include <cstdint>
 
 #include "common/warp_scan.cuh"
@@ -120,14 +121,31 @@ __device__ __forceinline__ RingItem get_ring_item(const int32_t* slot) {
 static_assert(sizeof(RingItem) == kItemInts * sizeof(int32_t), "tile_config.h sizes the ring slots");
 
 // Items 0 .. gridDim.x - 1 go to the CTAs of the same index; later items are handed out by the counter.
-// fetch_work_item issues the atomic on lane 0 (the weight producer's, after an item's last copies);
-// fetched_work_item turns the result into the item index on every lane.
+// fetch_work_item issues the atomic on lane 0 (the weight producer's, after an item's last copies;
+// fetch_work_item_early for short items, ahead of them); fetched_work_item turns the result into the
+// item index on every lane.
 // Without counters (null) the schedule is the static stride: item w is followed by w + gridDim.x.
 // ptxas turns the atomic into a warp-aggregated one whose result shuffle waits for it at once: the warp
 // stalls for the round trip right here (the weight producer fetches after issuing the current item's last
 // copies, while the ring holds the stages the consumers have not reached).
 __device__ __forceinline__ int fetch_work_item(int* counters, int lane) {
   return counters && lane == 0 ? atomicAdd(&counters[0], 1) : 0;
+}
+// A fetch whose result is read later (the producer's fetches ahead of short items): lane 0's atomic as
+// one instruction, which the warp waits for only where the result is read. An add, even in inline PTX
+// under a lane-0 branch, ptxas makes a warp-aggregated atomic whose result shuffle waits at once; an
+// increment (wrapping at INT_MAX, far above any item count) it leaves alone.
+__device__ __forceinline__ int fetch_work_item_early(int* counters, int lane) {
+  unsigned r = 0;
+  if (lane == 0)
+    asm volatile("atom.global.inc.u32 %0, [%1], %2;" : "=r"(r) : "l"(counters), "r"(0x7fffffffu) : "memory");
+  return static_cast<int>(r);
+}
+// Waits until fetches ahead have returned (their results unused: past the last item): the test reads
+// both, and its store (to a slot rewritten right after) is never taken, since the counter stays far
+// below INT_MIN's magnitude.
+__device__ __forceinline__ void await_fetches(int a, int b, volatile int32_t* sink) {
+  if (a == INT_MIN && b == INT_MIN) *sink = 0;
 }
 __device__ __forceinline__ int fetched_work_item(const int* counters, int fetched, int prev) {
   return counters ? static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, fetched, 0)
