@@ -11,6 +11,12 @@
 // Weights are filled with a constant byte pattern: the kernel's work does not depend on the values
 // (correctness is tactics_test's job). The device-to-device copy ceiling is measured in the same run.
 //   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50] [--trace FILE]
+//   bench_sm90 --floor [--iters 200]
+// --floor: the least a forward replayed from a graph can take to read a decode step's weights, whatever
+// its kernels (docs/perf.md, sm90 step 40): per graph replay, one launch that reads nothing, and
+// launches that only read the routed (and shared) weight bytes of the GLM-5 layer and its TP8 shard at
+// T = 1, L2 cold (a 512 MB read before each, its own time subtracted) and warm (the same bytes again);
+// then the weight producer's bulk-copy ring without the math, with 1, 4 or 16 copies per stage.
 // --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
 // with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
@@ -36,6 +42,10 @@
 namespace fp4moe {
 namespace sm90test {
 cudaError_t launch_stream_read(const void* src, size_t bytes, uint32_t* sink, int sms, cudaStream_t s);
+cudaError_t launch_stream_read_unrolled(const void* src, size_t bytes, uint32_t* sink, int sms, cudaStream_t s);
+cudaError_t launch_empty(uint32_t* sink, int sms, cudaStream_t s);
+int64_t bulk_stream_bytes_per_cta(int stages);
+cudaError_t launch_bulk_stream(const void* src, int stages, int pieces, uint32_t* sink, int sms, cudaStream_t s);
 }
 namespace {
 
@@ -131,8 +141,97 @@ double read_ceiling_tbs(cudaStream_t s, int sms) {
   return bytes / (ms * 1e-3) / 1e12;
 }
 
+// --floor (see the header). Cold: the graph [512 MB read, probe] minus the graph [512 MB read], so the
+// probe's bytes come from HBM and its launch follows another one, as a forward's second kernel does.
+// Floor of a one-graph forward that reads B bytes: a replay of a graph holding one empty launch plus
+// (cold probe of B - cold empty probe). The ratio is the time B takes at the copy ceiling over that
+// floor: no kernel reading those bytes in its own graph can reach a higher share of the ceiling. The
+// ceiling is the Hopper issue's device-copy figure for the H200, 4.16 TB/s (the torch peer's copy, which
+// the engine's benchmark measures, agrees within 1%; cudaMemcpy here measures less, see the header).
+int run_floor(int iters, cudaStream_t s, int sms) {
+  constexpr double copy_tbs = 4.16;
+  struct Case {
+    const char* what;
+    double bytes;
+  };
+  auto weights = [](double inter, double experts) { return experts * 3.0 * inter * kH * 0.5625; };
+  const Case cases[] = {
+      {"empty launch", 0.0},
+      {"TP8 T=1 routed (8 x I=256)", weights(256, 8)},
+      {"TP8 T=1 routed + shared", weights(256, 9)},
+      {"GLM-5 T=1 routed (8 x I=2048)", weights(2048, 8)},
+      {"GLM-5 T=1 routed + shared", weights(2048, 9)},
+  };
+  const size_t flush_bytes = size_t(512) << 20;
+  DeviceBuffer flush(flush_bytes), probe(static_cast<size_t>(weights(2048, 9)) / 16 * 16 + 16), sink(16);
+  SM90_CUDA_OK(cudaMemset(flush.get(), 1, flush.size()));
+  SM90_CUDA_OK(cudaMemset(probe.get(), 2, probe.size()));
+  uint32_t* sk = static_cast<uint32_t*>(sink.get());
+  auto read = [&](cudaStream_t st, double bytes) {
+    if (bytes > 0)
+      SM90_CUDA_OK(sm90test::launch_stream_read_unrolled(probe.get(), static_cast<size_t>(bytes) / 16 * 16, sk, sms, st));
+    else
+      SM90_CUDA_OK(sm90test::launch_empty(sk, sms, st));
+  };
+  auto evict = [&](cudaStream_t st) { SM90_CUDA_OK(sm90test::launch_stream_read_unrolled(flush.get(), flush_bytes, sk, sms, st)); };
+  (void)time_graph(evict, iters, s);  // the clocks up before anything is timed
+  double cold_empty = 0, graph_empty = 0;
+  fmt::print("floor: per graph replay, {} replays, median of 3 rounds; % of a {:.2f} TB/s copy\n", iters, copy_tbs);
+  fmt::print("{:<32} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12}\n", "probe", "MB", "warm us", "cold us", "cold TB/s",
+             "floor us", "max % copy");
+  auto median3 = [](double a, double b, double c) { return std::max(std::min(a, b), std::min(std::max(a, b), c)); };
+  for (const Case& c : cases) {
+    // Each round times the 512 MB read alone right before the graph that adds the probe to it.
+    double warm_r[3], cold_r[3];
+    for (int r = 0; r < 3; ++r) {
+      warm_r[r] = time_graph([&](cudaStream_t st) { read(st, c.bytes); }, iters, s) * 1e3;
+      const double t_flush = time_graph(evict, iters, s) * 1e3;
+      cold_r[r] = time_graph([&](cudaStream_t st) {
+                    evict(st);
+                    read(st, c.bytes);
+                  }, iters, s) * 1e3 - t_flush;
+    }
+    const double warm = median3(warm_r[0], warm_r[1], warm_r[2]);
+    const double cold = median3(cold_r[0], cold_r[1], cold_r[2]);
+    if (c.bytes == 0) {
+      cold_empty = cold;
+      graph_empty = warm;
+    }
+    const double floor_us = graph_empty + (cold - cold_empty);
+    const double ceiling_us = c.bytes / (copy_tbs * 1e12) * 1e6;
+    fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10} {:>11.2f} {:>12}\n", c.what, c.bytes / 1e6, warm, cold,
+               c.bytes > 0 ? fmt::format("{:.2f}", c.bytes / (cold * 1e-6) / 1e12) : std::string("-"), floor_us,
+               c.bytes > 0 ? fmt::format("{:.0f}%", 100 * ceiling_us / floor_us) : std::string("-"));
+  }
+  // The weight producer's access pattern without the math (stream_probe.cu): 24 k256 stages per SM,
+  // a GLM-5 T=1 FC1 tile's bytes, as 4 streams per CTA (the packed layout), 1, or 16; and the same
+  // bytes by the plain read. Cold (after the 512 MB read), median of 3 rounds.
+  const int bulk_stages = 24;
+  const double bulk_bytes = double(sm90test::bulk_stream_bytes_per_cta(bulk_stages)) * sms;
+  fmt::print("bulk-copy ring, one CTA per SM, {} stages of 36,864 bytes each ({:.1f} MB), cold:\n", bulk_stages,
+             bulk_bytes / 1e6);
+  for (int pieces : {0, 1, 4, 16}) {
+    double r3[3];
+    for (int r = 0; r < 3; ++r) {
+      const double t_flush = time_graph(evict, iters, s) * 1e3;
+      r3[r] = time_graph([&](cudaStream_t st) {
+                evict(st);
+                if (pieces == 0)
+                  read(st, bulk_bytes);
+                else
+                  SM90_CUDA_OK(sm90test::launch_bulk_stream(probe.get(), bulk_stages, pieces, sk, sms, st));
+              }, iters, s) * 1e3 - t_flush;
+    }
+    const double t = median3(r3[0], r3[1], r3[2]) - cold_empty;
+    fmt::print("  {:<40} {:>8.2f} us {:>6.2f} TB/s (after the empty launch's {:.2f} us)\n",
+               pieces == 0 ? std::string("plain 16-byte loads, all SMs") : fmt::format("{} copies per stage", pieces), t,
+               bulk_bytes / (t * 1e-6) / 1e12, cold_empty);
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
-  bool tp8 = false, ceiling = true;
+  bool tp8 = false, ceiling = true, floor_mode = false;
   std::string only;  // --tactic NAME: time this tactic alone (e.g. under a profiler)
   std::string trace_path;  // --trace FILE
   int iters = 50;
@@ -140,6 +239,7 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--tp8") tp8 = true;
+    else if (a == "--floor") floor_mode = true;
     else if (a == "--no-ceiling") ceiling = false;
     else if (a == "--tactic" && i + 1 < argc) only = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
@@ -155,7 +255,7 @@ int run(int argc, char** argv) {
       }
     } else {
       fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--tactic NAME] [--no-ceiling] "
-                 "[--trace FILE]\n");
+                 "[--trace FILE] | --floor [--iters N]\n");
       return 2;
     }
   }
@@ -171,6 +271,7 @@ int run(int argc, char** argv) {
   fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s (cudaMemcpy D2D, read+write), read ceiling {:.2f} TB/s "
              "(16-byte loads), shape H={} I={} E={} top-{}\n",
              prop.name, prop.multiProcessorCount, copy_tbs, read_tbs, kH, I, kE, kTopk);
+  if (floor_mode) return run_floor(iters, s, prop.multiProcessorCount);
 
   std::vector<std::unique_ptr<GroupedGemmTactic>> tactics;
   append_sm90_tactics(tactics);
