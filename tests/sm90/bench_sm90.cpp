@@ -180,19 +180,24 @@ int run_floor(int iters, cudaStream_t s, int sms) {
   fmt::print("{:<32} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12}\n", "probe", "MB", "warm us", "cold us", "cold TB/s",
              "floor us", "max % copy");
   auto median3 = [](double a, double b, double c) { return std::max(std::min(a, b), std::min(std::max(a, b), c)); };
-  for (const Case& c : cases) {
-    // Each round times the 512 MB read alone right before the graph that adds the probe to it.
-    double warm_r[3], cold_r[3];
-    for (int r = 0; r < 3; ++r) {
-      warm_r[r] = time_graph([&](cudaStream_t st) { read(st, c.bytes); }, iters, s) * 1e3;
+  // Microseconds per replay of `probe` after the 512 MB read, that read's own time subtracted (timed
+  // right before, in each of three rounds), median of the rounds.
+  auto cold_us = [&](auto probe) {
+    double r3[3];
+    for (double& r : r3) {
       const double t_flush = time_graph(evict, iters, s) * 1e3;
-      cold_r[r] = time_graph([&](cudaStream_t st) {
-                    evict(st);
-                    read(st, c.bytes);
-                  }, iters, s) * 1e3 - t_flush;
+      r = time_graph([&](cudaStream_t st) {
+            evict(st);
+            probe(st);
+          }, iters, s) * 1e3 - t_flush;
     }
+    return median3(r3[0], r3[1], r3[2]);
+  };
+  for (const Case& c : cases) {
+    double warm_r[3];
+    for (double& r : warm_r) r = time_graph([&](cudaStream_t st) { read(st, c.bytes); }, iters, s) * 1e3;
     const double warm = median3(warm_r[0], warm_r[1], warm_r[2]);
-    const double cold = median3(cold_r[0], cold_r[1], cold_r[2]);
+    const double cold = cold_us([&](cudaStream_t st) { read(st, c.bytes); });
     if (c.bytes == 0) {
       cold_empty = cold;
       graph_empty = warm;
@@ -211,18 +216,13 @@ int run_floor(int iters, cudaStream_t s, int sms) {
   fmt::print("bulk-copy ring, one CTA per SM, {} stages of 36,864 bytes each ({:.1f} MB), cold:\n", bulk_stages,
              bulk_bytes / 1e6);
   for (int pieces : {0, 1, 4, 16}) {
-    double r3[3];
-    for (int r = 0; r < 3; ++r) {
-      const double t_flush = time_graph(evict, iters, s) * 1e3;
-      r3[r] = time_graph([&](cudaStream_t st) {
-                evict(st);
-                if (pieces == 0)
-                  read(st, bulk_bytes);
-                else
-                  SM90_CUDA_OK(sm90test::launch_bulk_stream(probe.get(), bulk_stages, pieces, sk, sms, st));
-              }, iters, s) * 1e3 - t_flush;
-    }
-    const double t = median3(r3[0], r3[1], r3[2]) - cold_empty;
+    const double t = cold_us([&](cudaStream_t st) {
+                       if (pieces == 0)
+                         read(st, bulk_bytes);
+                       else
+                         SM90_CUDA_OK(sm90test::launch_bulk_stream(probe.get(), bulk_stages, pieces, sk, sms, st));
+                     }) -
+                     cold_empty;
     fmt::print("  {:<40} {:>8.2f} us {:>6.2f} TB/s (after the empty launch's {:.2f} us)\n",
                pieces == 0 ? std::string("plain 16-byte loads, all SMs") : fmt::format("{} copies per stage", pieces), t,
                bulk_bytes / (t * 1e-6) / 1e12, cold_empty);

@@ -19,28 +19,24 @@ namespace fp4moe {
 namespace sm90test {
 
 namespace {
+// kUnroll independent 16-byte loads per thread and iteration, then the remainder one at a time.
+template <int kUnroll>
 __global__ void stream_read_kernel(const uint4* __restrict__ src, size_t n, uint32_t* __restrict__ sink) {
-  uint32_t acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldg(src + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;  // practically never true; keeps the loads alive
-}
-__global__ void stream_read4_kernel(const uint4* __restrict__ src, size_t n, uint32_t* __restrict__ sink) {
   uint32_t acc = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = __ldg(src + i), b = __ldg(src + i + stride), c = __ldg(src + i + 2 * stride),
-                d = __ldg(src + i + 3 * stride);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(src + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   for (; i < n; i += stride) {
     const uint4 v = __ldg(src + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
-  if (acc == 0x12345678u) *sink = acc;
+  if (acc == 0x12345678u) *sink = acc;  // practically never true; keeps the loads alive
 }
 __global__ void empty_kernel(uint32_t* sink) {
   if (threadIdx.x == 1024) *sink = 0;  // never: blocks have fewer threads
@@ -93,11 +89,11 @@ __global__ void __launch_bounds__(64) bulk_stream_kernel(const uint8_t* __restri
 }  // namespace
 
 cudaError_t launch_stream_read(const void* src, size_t bytes, uint32_t* sink, int sms, cudaStream_t s) {
-  stream_read_kernel<<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(src), bytes / 16, sink);
+  stream_read_kernel<1><<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(src), bytes / 16, sink);
   return cudaGetLastError();
 }
 cudaError_t launch_stream_read_unrolled(const void* src, size_t bytes, uint32_t* sink, int sms, cudaStream_t s) {
-  stream_read4_kernel<<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(src), bytes / 16, sink);
+  stream_read_kernel<4><<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(src), bytes / 16, sink);
   return cudaGetLastError();
 }
 // Bytes the bulk probe reads per CTA for `stages` stages, and the launch (one CTA per SM).
