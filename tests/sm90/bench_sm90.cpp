@@ -52,6 +52,8 @@ namespace {
 using sm90test::DeviceBuffer;
 
 constexpr int64_t kH = 6144, kE = 256, kTopk = 8;
+// NVFP4 bytes of a rows x cols weight matrix: half a byte per code, one E4M3 scale per 16 codes.
+double nvfp4_bytes(double rows, double cols) { return rows * cols * 0.5625; }
 
 struct Routing {
   std::vector<int32_t> offsets;    // [E + 1]
@@ -154,7 +156,9 @@ int run_floor(int iters, cudaStream_t s, int sms) {
     const char* what;
     double bytes;
   };
-  auto weights = [](double inter, double experts) { return experts * 3.0 * inter * kH * 0.5625; };
+  auto weights = [](double inter, double experts) {
+    return experts * (nvfp4_bytes(2 * inter, kH) + nvfp4_bytes(kH, inter));
+  };
   const Case cases[] = {
       {"empty launch", 0.0},
       {"TP8 T=1 routed (8 x I=256)", weights(256, 8)},
@@ -355,7 +359,7 @@ int run(int argc, char** argv) {
     off.upload(r.offsets.data(), r.offsets.size() * 4);
     idx.upload(r.row_token.data(), r.row_token.size() * 4);
     const int64_t rows = T * kTopk;
-    const double bytes1 = double(r.active) * 2 * I * kH * 0.5625, bytes2 = double(r.active) * kH * I * 0.5625;
+    const double bytes1 = r.active * nvfp4_bytes(2 * I, kH), bytes2 = r.active * nvfp4_bytes(kH, I);
     const double flops1 = 2.0 * rows * 2 * I * kH, flops2 = 2.0 * rows * kH * I;
     GroupedGemmArgs a1, a2;
     a1.problem = p1;
