@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_sass.py (src/kernels/sm90_wgmma) on hand-written SASS: it must accept an A buffer rewritten after
 the WARPGROUP.DEPBAR that retires the group reading it, and flag a write to the A registers or the
-accumulators of a group still in flight, a missing HGMMA and local memory. No GPU needed."""
+accumulators of a group still in flight, a missing HGMMA, local memory and wgmmas that ptxas serialised.
+No GPU needed."""
 import os
 import subprocess
 import sys
@@ -49,9 +50,13 @@ def main():
     open_group = open_group.replace("LOP3.LUT R40", "LOP3.LUT R44")
     no_hgmma = sass(k, ["WARPGROUP.ARRIVE", "FADD R2, R24, R25"])
     local = variant(7, "LDL R2, [R1]")
+    serialised = sass(k, ["WARPGROUP.ARRIVE", "HGMMA.64x8x16.F32.BF16 R24, R40, gdesc[UR4], R24, gsb0",
+                          "WARPGROUP.DEPBAR.LE gsb0, 0x0", "WARPGROUP.ARRIVE",
+                          "HGMMA.64x8x16.F32.BF16 R24, R44, gdesc[UR8], R24, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+                          "FADD R2, R24, R25"])
     cases = [("retired buffer rewritten", ok, 0), ("in-flight A rewritten", early_a, 1),
              ("in-flight accumulators read", early_d, 1), ("open group's A rewritten", open_group, 1),
-             ("no HGMMA", no_hgmma, 1), ("local memory", local, 1)]
+             ("no HGMMA", no_hgmma, 1), ("local memory", local, 1), ("every HGMMA waited for alone", serialised, 1)]
     bad = 0
     for what, text, want in cases:
         rc, out = run(text)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks the SASS of the sm90 kernels (cuobjdump -sass BINARY | check_sass.py): every kernel has HGMMA,
 no local memory (LDL/STL), and no instruction writes an in-flight HGMMA's A or accumulator registers
-(or reads its accumulators) before the WARPGROUP.DEPBAR that retires it. RS wgmma reads its A registers
-asynchronously, so reusing them early is a race that only shows under unlucky timing.
+(or reads its accumulators) before the WARPGROUP.DEPBAR that retires it, and ptxas has not serialised the
+wgmmas (every HGMMA waited for on its own). RS wgmma reads its A registers asynchronously, so reusing them
+early is a race that only shows under unlucky timing.
 
 HGMMAs are grouped as the hardware does: a group ends at the HGMMA carrying gsb0 (wgmma.commit_group),
 and WARPGROUP.DEPBAR.LE gsb0, N retires all but the N most recent groups (wgmma.wait_group N), so the
@@ -79,8 +80,15 @@ def main():
             if dst & (inflight_a | inflight_d):
                 print(f"{n}: '{i}' writes in-flight wgmma registers {sorted(dst & (inflight_a | inflight_d))}")
                 bad += 1
-        print(f"{n[:110]}: HGMMA {hgmma}, LDL/STL {local}")
-        if hgmma == 0 or local != 0:
+        # ptxas serialises every wgmma of a kernel when it finds a non-wgmma instruction defining or reading
+        # a wgmma's registers inside a pipeline stage (C7513, C7514: an info line, not an error): each HGMMA
+        # is then a group of its own followed at once by DEPBAR.LE gsb0, 0x0.
+        wg = [re.sub(r"^@!?U?P\w+\s+", "", i) for i in ins if "HGMMA" in i or i.startswith("WARPGROUP")]
+        waits_alone = sum(1 for a, b in zip(wg, wg[1:]) if a.startswith("HGMMA") and "gsb0" in a and
+                          re.match(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b", b))
+        serial = hgmma >= 2 and waits_alone == hgmma
+        print(f"{n[:110]}: HGMMA {hgmma}, LDL/STL {local}" + (", every HGMMA waited for alone (serialised)" if serial else ""))
+        if hgmma == 0 or local != 0 or serial:
             bad += 1
     if not kernels:
         print("no sm90 grouped kernels found")
