@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, compute-sanitizer
+# The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, the sm90 kernels' SASS
+# (check_sass.py), compute-sanitizer
 # memcheck and racecheck on the small cases (the Sanitize.* suite: every tactic on tail shapes, one
 # forward per routing family and shared-expert kind), racecheck of the sm90 tactics test, then `fp4moe
 # bench` on the GLM-5 layer and the PyTorch peer in the same run, and the same for the layer's TP8 and
@@ -76,6 +77,19 @@ want tests && while read -r kind t args; do
     note "test $name: FAIL rc=$rc ($(grep '^\[  FAILED  \]' "$out/test_$name.log" | sort -u | head -5 | tr '\n' ' '))"
   fi
 done <"$stage/gpu_tests.txt"
+
+# 1b. the sm90 kernels' SASS (src/kernels/sm90_wgmma/check_sass.py: HGMMA in every kernel, no local memory,
+#     no early reuse of an in-flight wgmma's registers, no wgmmas that ptxas serialised)
+if want tests; then
+  objdump_bin=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+  if "$objdump_bin" -sass "$stage/bin/fp4moe" 2>"$out/sass_check.err" | python3 "$root/src/kernels/sm90_wgmma/check_sass.py" \
+    >"$out/sass_check.log" 2>&1; then
+    note "SASS check: PASS ($(grep -c 'HGMMA' "$out/sass_check.log") sm90 kernels)"
+  else
+    status=1
+    note "SASS check: FAIL ($(grep -v ': HGMMA [0-9]*, LDL/STL 0$' "$out/sass_check.log" | head -3 | tr '\n' ' '))"
+  fi
+fi
 
 # 2. compute-sanitizer on the small cases
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
