@@ -183,24 +183,24 @@ int run_floor(int iters, cudaStream_t s, int sms) {
   fmt::print("floor: per graph replay, {} replays, median of 3 rounds; % of a {:.2f} TB/s copy\n", iters, copy_tbs);
   fmt::print("{:<32} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12}\n", "probe", "MB", "warm us", "cold us", "cold TB/s",
              "floor us", "max % copy");
-  auto median3 = [](double a, double b, double c) { return std::max(std::min(a, b), std::min(std::max(a, b), c)); };
+  // The median of three rounds of `once` (microseconds).
+  auto median3 = [](auto once) {
+    const double a = once(), b = once(), c = once();
+    return std::max(std::min(a, b), std::min(std::max(a, b), c));
+  };
   // Microseconds per replay of `probe` after the 512 MB read, that read's own time subtracted (timed
   // right before, in each of three rounds), median of the rounds.
   auto cold_us = [&](auto probe) {
-    double r3[3];
-    for (double& r : r3) {
+    return median3([&] {
       const double t_flush = time_graph(evict, iters, s) * 1e3;
-      r = time_graph([&](cudaStream_t st) {
-            evict(st);
-            probe(st);
-          }, iters, s) * 1e3 - t_flush;
-    }
-    return median3(r3[0], r3[1], r3[2]);
+      return time_graph([&](cudaStream_t st) {
+               evict(st);
+               probe(st);
+             }, iters, s) * 1e3 - t_flush;
+    });
   };
   for (const Case& c : cases) {
-    double warm_r[3];
-    for (double& r : warm_r) r = time_graph([&](cudaStream_t st) { read(st, c.bytes); }, iters, s) * 1e3;
-    const double warm = median3(warm_r[0], warm_r[1], warm_r[2]);
+    const double warm = median3([&] { return time_graph([&](cudaStream_t st) { read(st, c.bytes); }, iters, s) * 1e3; });
     const double cold = cold_us([&](cudaStream_t st) { read(st, c.bytes); });
     if (c.bytes == 0) {
       cold_empty = cold;
