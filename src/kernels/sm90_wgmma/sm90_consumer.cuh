@@ -81,10 +81,22 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t* block, int tid, uin
   dequant_kstep<true>(codes.w, sc.y, a[3]);
 }
 
-// Independent accumulator sets per tile: k16 step i of a stage accumulates into set i % kSets, so
-// consecutive small-N wgmmas do not wait on each other's accumulator; the sets are summed at the end.
+// Accumulator sets per tile: k16 step i of a stage accumulates into set i % kSets, and the sets are summed
+// at the end of an item. One set. Step 1 split the small-N tiles' steps over four sets (two for N <= 64)
+// so that consecutive wgmmas would not wait on each other's accumulator; sm90_consumer_probe (docs/perf.md,
+// sm90 step 42) shows the opposite for one warpgroup alone, 16 m64n8k16 of a k256 stage in 217 SM clocks
+// chained on one accumulator against 767 over four sets, and little difference once four warpgroups share the
+// SM's tensor pipe (832 against 886 clocks, about 13 a wgmma): the four-consumer and two-CTA tiles are
+// bound by that pipe and by the dequantisation, not by the chain. One set measured the same or slightly
+// faster (the T=8 chain -0.7%) and frees 12 (n8) or 24 (n16) registers per consumer thread.
+// FP4MOE_SM90_SPLIT_ACCUMULATORS=1 at compile time brings back step 1's rule (the control binary).
+#ifndef FP4MOE_SM90_SPLIT_ACCUMULATORS
+#define FP4MOE_SM90_SPLIT_ACCUMULATORS 0
+#endif
 template <int BN>
-constexpr int accumulator_sets() { return BN <= 16 ? 4 : (BN <= 64 ? 2 : 1); }
+constexpr int accumulator_sets() {
+  return FP4MOE_SM90_SPLIT_ACCUMULATORS ? (BN <= 16 ? 4 : (BN <= 64 ? 2 : 1)) : 1;
+}
 
 // A-fragment buffers a consumer keeps in flight: each packed k64 chunk is one wgmma commit group whose
 // RS wgmmas read their A registers asynchronously, so a buffer is rewritten only after wait_group<kBuffers-1>
