@@ -216,6 +216,21 @@ void print(const char* name, const Timing& t, int slots) {
   std::printf("\n");
 }
 
+constexpr int kSmallSmem = 4096 + 1024;  // the wgmma and mma.sync cases' token tile
+
+// One wgmma case: kActive warpgroups issue, k16 step s into accumulator set s % kSets.
+template <int kActive, int kSets>
+void wgmma_case(int sms, int stages, float* d_out, long long* d_clocks) {
+  PROBE_CHECK(cudaFuncSetAttribute(wgmma_kernel<kActive, kSets>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   kSmallSmem));
+  char name[64];
+  std::snprintf(name, sizeof name, "wgmma, %d warpgroup%s, %d set%s", kActive, kActive > 1 ? "s" : "", kSets,
+                kSets > 1 ? "s" : "");
+  print(name, time_case(sms, stages, d_clocks, [&] {
+          wgmma_kernel<kActive, kSets><<<sms, 512, kSmallSmem>>>(stages, d_out, d_clocks);
+        }), kActive);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -251,33 +266,21 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaMemset(d_clocks, 0, static_cast<size_t>(sms) * 4 * sizeof(long long)));
   std::printf("%s, %d SMs; one CTA per SM, %d stages of k256 (64 m64n8k16 per SM)\n", prop.name, sms, stages);
 
-  const int small_smem = 4096 + 1024;
   const int consumer_smem = Cfg::kBarrierOffset + 2 * Cfg::kStages * 8 + 1024;
-  PROBE_CHECK(cudaFuncSetAttribute(wgmma_kernel<1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, small_smem));
-  PROBE_CHECK(cudaFuncSetAttribute(wgmma_kernel<4, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, small_smem));
-  PROBE_CHECK(cudaFuncSetAttribute(wgmma_kernel<1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, small_smem));
-  PROBE_CHECK(cudaFuncSetAttribute(wgmma_kernel<4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, small_smem));
-  PROBE_CHECK(cudaFuncSetAttribute(mma_sync_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, small_smem));
+  PROBE_CHECK(cudaFuncSetAttribute(mma_sync_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem));
   PROBE_CHECK(cudaFuncSetAttribute(consumer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
   const int item_stages = 24, items = stages / item_stages, consumer_stages = items * item_stages;
   std::printf("consumer loop built with %d accumulator set(s) for N = 8\n", accumulator_sets<Cfg::kBN>());
 
   for (int round = 0; round < 2; ++round) {
     std::printf("round %d\n", round + 1);
-    print("wgmma, 1 warpgroup, 4 sets", time_case(sms, stages, d_clocks, [&] {
-            wgmma_kernel<1, 4><<<sms, 512, small_smem>>>(stages, d_out, d_clocks);
-          }), 1);
-    print("wgmma, 4 warpgroups, 4 sets", time_case(sms, stages, d_clocks, [&] {
-            wgmma_kernel<4, 4><<<sms, 512, small_smem>>>(stages, d_out, d_clocks);
-          }), 4);
-    print("wgmma, 1 warpgroup, 1 set", time_case(sms, stages, d_clocks, [&] {
-            wgmma_kernel<1, 1><<<sms, 512, small_smem>>>(stages, d_out, d_clocks);
-          }), 1);
-    print("wgmma, 4 warpgroups, 1 set", time_case(sms, stages, d_clocks, [&] {
-            wgmma_kernel<4, 1><<<sms, 512, small_smem>>>(stages, d_out, d_clocks);
-          }), 4);
+    wgmma_case<1, 4>(sms, stages, d_out, d_clocks);
+    wgmma_case<2, 4>(sms, stages, d_out, d_clocks);
+    wgmma_case<4, 4>(sms, stages, d_out, d_clocks);
+    wgmma_case<1, 1>(sms, stages, d_out, d_clocks);
+    wgmma_case<4, 1>(sms, stages, d_out, d_clocks);
     print("mma.sync, 16 warps, 4 sets", time_case(sms, stages, d_clocks, [&] {
-            mma_sync_kernel<<<sms, 512, small_smem>>>(stages, d_out, d_clocks);
+            mma_sync_kernel<<<sms, 512, kSmallSmem>>>(stages, d_out, d_clocks);
           }), 4);
     print("consumer loop", time_case(sms, consumer_stages, d_clocks, [&] {
             consumer_kernel<<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks);
