@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/cuda_check.h"
 #include "kernels/sm90_wgmma/sm90_consumer.cuh"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_wgmma_ops.cuh"
@@ -31,15 +32,6 @@ namespace {
 
 using namespace fp4moe::sm90;
 using Cfg = TileConfig<256, 8, 256, 5, 1, 4>;  // sm90.w4a16.m256n8k256.ws.s5.c4
-
-#define PROBE_CHECK(x)                                                                            \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 __device__ void fill_smem(uint8_t* smem, int bytes) {
   for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x)
@@ -182,21 +174,21 @@ struct Timing {
 template <class Launch>
 Timing time_case(int sms, int stages, long long* d_clocks, Launch launch) {
   launch();  // warm-up
-  PROBE_CHECK(cudaGetLastError());
-  PROBE_CHECK(cudaDeviceSynchronize());
+  FP4MOE_CUDA_THROW(cudaGetLastError());
+  FP4MOE_CUDA_THROW(cudaDeviceSynchronize());
   cudaEvent_t e0, e1;
-  PROBE_CHECK(cudaEventCreate(&e0));
-  PROBE_CHECK(cudaEventCreate(&e1));
-  PROBE_CHECK(cudaEventRecord(e0));
+  FP4MOE_CUDA_THROW(cudaEventCreate(&e0));
+  FP4MOE_CUDA_THROW(cudaEventCreate(&e1));
+  FP4MOE_CUDA_THROW(cudaEventRecord(e0));
   launch();
-  PROBE_CHECK(cudaEventRecord(e1));
-  PROBE_CHECK(cudaEventSynchronize(e1));
+  FP4MOE_CUDA_THROW(cudaEventRecord(e1));
+  FP4MOE_CUDA_THROW(cudaEventSynchronize(e1));
   float ms = 0.f;
-  PROBE_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  PROBE_CHECK(cudaEventDestroy(e0));
-  PROBE_CHECK(cudaEventDestroy(e1));
+  FP4MOE_CUDA_THROW(cudaEventElapsedTime(&ms, e0, e1));
+  FP4MOE_CUDA_THROW(cudaEventDestroy(e0));
+  FP4MOE_CUDA_THROW(cudaEventDestroy(e1));
   std::vector<long long> c(static_cast<size_t>(sms) * 4);
-  PROBE_CHECK(cudaMemcpy(c.data(), d_clocks, c.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  FP4MOE_CUDA_THROW(cudaMemcpy(c.data(), d_clocks, c.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   Timing t{};
   double worst = 0;
   for (int j = 0; j < 4; ++j) {
@@ -221,7 +213,7 @@ constexpr int kSmallSmem = 4096 + 1024;  // the wgmma and mma.sync cases' token 
 // One wgmma case: kActive warpgroups issue, k16 step s into accumulator set s % kSets.
 template <int kActive, int kSets>
 void wgmma_case(int sms, int stages, float* d_out, long long* d_clocks) {
-  PROBE_CHECK(cudaFuncSetAttribute(wgmma_kernel<kActive, kSets>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  FP4MOE_CUDA_THROW(cudaFuncSetAttribute(wgmma_kernel<kActive, kSets>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    kSmallSmem));
   char name[64];
   std::snprintf(name, sizeof name, "wgmma, %d warpgroup%s, %d set%s", kActive, kActive > 1 ? "s" : "", kSets,
@@ -229,6 +221,52 @@ void wgmma_case(int sms, int stages, float* d_out, long long* d_clocks) {
   print(name, time_case(sms, stages, d_clocks, [&] {
           wgmma_kernel<kActive, kSets><<<sms, 512, kSmallSmem>>>(stages, d_out, d_clocks);
         }), kActive);
+}
+
+// Every case, two rounds; 77 where there is no sm_90 GPU. CUDA failures throw fp4moe::Error.
+int probe_main(int stages) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  FP4MOE_CUDA_THROW(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) {
+    std::printf("%s is sm_%d%d; the probe's kernels are sm_90a: skipped\n", prop.name, prop.major, prop.minor);
+    return 77;
+  }
+  const int sms = prop.multiProcessorCount;
+  float* d_out = nullptr;
+  long long* d_clocks = nullptr;
+  FP4MOE_CUDA_THROW(cudaMalloc(&d_out, static_cast<size_t>(sms) * Cfg::kThreads * sizeof(float)));
+  FP4MOE_CUDA_THROW(cudaMalloc(&d_clocks, static_cast<size_t>(sms) * 4 * sizeof(long long)));
+  FP4MOE_CUDA_THROW(cudaMemset(d_clocks, 0, static_cast<size_t>(sms) * 4 * sizeof(long long)));
+  std::printf("%s, %d SMs; one CTA per SM, %d stages of k256 (64 m64n8k16 per SM)\n", prop.name, sms, stages);
+
+  const int consumer_smem = Cfg::kBarrierOffset + 2 * Cfg::kStages * 8 + 1024;
+  FP4MOE_CUDA_THROW(cudaFuncSetAttribute(mma_sync_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem));
+  FP4MOE_CUDA_THROW(cudaFuncSetAttribute(consumer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
+  const int item_stages = 24, items = stages / item_stages, consumer_stages = items * item_stages;
+  std::printf("consumer loop built with %d accumulator set(s) for N = 8\n", accumulator_sets<Cfg::kBN>());
+
+  for (int round = 0; round < 2; ++round) {
+    std::printf("round %d\n", round + 1);
+    wgmma_case<1, 4>(sms, stages, d_out, d_clocks);
+    wgmma_case<2, 4>(sms, stages, d_out, d_clocks);
+    wgmma_case<4, 4>(sms, stages, d_out, d_clocks);
+    wgmma_case<1, 1>(sms, stages, d_out, d_clocks);
+    wgmma_case<4, 1>(sms, stages, d_out, d_clocks);
+    print("mma.sync, 16 warps, 4 sets", time_case(sms, stages, d_clocks, [&] {
+            mma_sync_kernel<<<sms, 512, kSmallSmem>>>(stages, d_out, d_clocks);
+          }), 4);
+    print("consumer loop", time_case(sms, consumer_stages, d_clocks, [&] {
+            consumer_kernel<<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks);
+          }), 4);
+  }
+  FP4MOE_CUDA_THROW(cudaFree(d_out));
+  FP4MOE_CUDA_THROW(cudaFree(d_clocks));
+  return 0;
 }
 
 }  // namespace
@@ -247,46 +285,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--stages must be at least 24 (one item of the consumer case)\n");
     return 2;
   }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: skipped\n");
-    return 77;
+  try {
+    return probe_main(stages);
+  } catch (const fp4moe::Error& e) {
+    std::fprintf(stderr, "sm90_consumer_probe: %s\n", e.what());
+    return 1;
   }
-  cudaDeviceProp prop{};
-  PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9) {
-    std::printf("%s is sm_%d%d; the probe's kernels are sm_90a: skipped\n", prop.name, prop.major, prop.minor);
-    return 77;
-  }
-  const int sms = prop.multiProcessorCount;
-  float* d_out = nullptr;
-  long long* d_clocks = nullptr;
-  PROBE_CHECK(cudaMalloc(&d_out, static_cast<size_t>(sms) * Cfg::kThreads * sizeof(float)));
-  PROBE_CHECK(cudaMalloc(&d_clocks, static_cast<size_t>(sms) * 4 * sizeof(long long)));
-  PROBE_CHECK(cudaMemset(d_clocks, 0, static_cast<size_t>(sms) * 4 * sizeof(long long)));
-  std::printf("%s, %d SMs; one CTA per SM, %d stages of k256 (64 m64n8k16 per SM)\n", prop.name, sms, stages);
-
-  const int consumer_smem = Cfg::kBarrierOffset + 2 * Cfg::kStages * 8 + 1024;
-  PROBE_CHECK(cudaFuncSetAttribute(mma_sync_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem));
-  PROBE_CHECK(cudaFuncSetAttribute(consumer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
-  const int item_stages = 24, items = stages / item_stages, consumer_stages = items * item_stages;
-  std::printf("consumer loop built with %d accumulator set(s) for N = 8\n", accumulator_sets<Cfg::kBN>());
-
-  for (int round = 0; round < 2; ++round) {
-    std::printf("round %d\n", round + 1);
-    wgmma_case<1, 4>(sms, stages, d_out, d_clocks);
-    wgmma_case<2, 4>(sms, stages, d_out, d_clocks);
-    wgmma_case<4, 4>(sms, stages, d_out, d_clocks);
-    wgmma_case<1, 1>(sms, stages, d_out, d_clocks);
-    wgmma_case<4, 1>(sms, stages, d_out, d_clocks);
-    print("mma.sync, 16 warps, 4 sets", time_case(sms, stages, d_clocks, [&] {
-            mma_sync_kernel<<<sms, 512, kSmallSmem>>>(stages, d_out, d_clocks);
-          }), 4);
-    print("consumer loop", time_case(sms, consumer_stages, d_clocks, [&] {
-            consumer_kernel<<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks);
-          }), 4);
-  }
-  PROBE_CHECK(cudaFree(d_out));
-  PROBE_CHECK(cudaFree(d_clocks));
-  return 0;
 }
