@@ -363,8 +363,8 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
 // the CPU reference; rows past offsets[E] stay poisoned, three launches give the same bytes and leave
 // the workspace zero. rows: the first E - 1 experts' rows; empty: one row each for as many experts as
 // fill the machine's CTA slots once with FC1 tiles, so that the last expert's tiles spill past them and
-// are split (ItemSpace::xsplit, fold_split_parts: at H = 1536 6 parts of one stage on the k256 tiles, 4 on
-// the k128 ones; at H = 1792, where FC2's stages do not divide FC1's, 7 parts).
+// are split (ItemSpace::xsplit, fold_split_parts: at H = 1536 3 parts, of 2 stages on the k256 tiles and of
+// 4 on the k128 ones; at H = 1792, where FC2's stages do not divide FC1's, 7 parts of one or two).
 void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, std::vector<int> rows, int last_rows,
                      uint32_t seed) {
   int sms = 0;
@@ -559,12 +559,35 @@ TEST_F(Sm90Tactics, RefusesRoutingOutsideItsShapes) {
   }
 }
 
-// FP4MOE_SM90_SPLIT_K for the scope of a test (restored to unset afterwards).
-class ScopedSplitK {
+// An environment setting (FP4MOE_SM90_SPLIT_K, ...) for the scope of a test (restored to unset afterwards).
+class ScopedEnv {
  public:
-  explicit ScopedSplitK(const char* v) { setenv("FP4MOE_SM90_SPLIT_K", v, 1); }
-  ~ScopedSplitK() { unsetenv("FP4MOE_SM90_SPLIT_K"); }
+  ScopedEnv(const char* name, const char* v) : name_(name) { setenv(name, v, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
 };
+class ScopedSplitK : public ScopedEnv {
+ public:
+  explicit ScopedSplitK(const char* v) : ScopedEnv("FP4MOE_SM90_SPLIT_K", v) {}
+};
+
+// FP4MOE_SM90_STAGE_WAIT=0, the control of docs/perf.md's sm90 step 45: each FC2 item of a chained launch
+// waits for all of its token rows before its first copy instead of for each stage's before that stage's.
+// The same bytes as the two launches and the reference, with the rows gathered or not, and with a folded
+// last expert split or not.
+TEST_F(Sm90Tactics, ChainedLaunchWaitingPerItemMatches) {
+  ScopedEnv env("FP4MOE_SM90_STAGE_WAIT", "0");
+  for (auto& t : tactics()) {
+    run_chained_case(*t, 256, 1024, {5, 64, 0, 17, 1}, false, 41);
+    run_chained_case(*t, 80, 208, {0, 1, 37, 8, 130, 3, 0, 300}, true, 42);
+    run_folded_case(*t, 512, 1536, {}, 1, 44);
+    run_folded_case(*t, 96, 512, {3, 0, 1, 17, 0, 2}, 9, 45);
+  }
+}
 
 // The split reduction (split-K) forced to 2, 4 and 8 parts: every case against the reference, the
 // decode tiles (BN <= 16) must have split (their partials were written), the others never; then the

@@ -117,6 +117,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     static_schedule_ = static_schedule_requested();
     prefetch_last_ = env_switch("FP4MOE_SM90_PREFETCH_LAST", true);
     fetch_ahead_ = env_switch("FP4MOE_SM90_FETCH_AHEAD", true);
+    stage_wait_ = env_switch("FP4MOE_SM90_STAGE_WAIT", true);
     Status ms = split_mode_requested(&split_mode_, desc_.name);
     if (!ms) return ms;
     int dev = 0;
@@ -143,7 +144,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
   }
 
   // The counters of the dynamic work schedule (sm90_scheduler.cuh): two ints, then for a chained launch
-  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles); then (decode
+  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles) and FC2 stage
+  // (chain_stages: FC2's K, FC1's N, in BK stages after the padding to kPackKAlign); then (decode
   // tiles) the split reduction's arrival counters, one per unit and consumer warpgroup, and, 16-byte
   // aligned, its fp32 partial tiles (split_partial_bytes). Every region is zero again after a run. A
   // null workspace runs the static schedule (no chain, no split).
@@ -205,6 +207,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     if (st && a1.routing) st = bind_routing(a1, &prm);
     if (!st || p1.total_rows == 0) return st;
     prm.counters = static_cast<int*>(a1.workspace);
+    prm.stage_wait = stage_wait_ ? 1 : 0;
     bind_split(a1.workspace, p1, &prm);  // p2 has the same rows and experts (checked above)
     prm.fold_parts = fold_split_parts(prm.op[0].kchunks / Cfg::kChunksPerStage, prm.op[1].kchunks / Cfg::kChunksPerStage);
     return launch(kernel_chain(), prm, max_items(p1, prm.op[0].tiles64) + max_items(p2, prm.op[1].tiles64), stream);
@@ -219,8 +222,12 @@ class Sm90Tactic final : public GroupedGemmTactic {
   static bool aligned16(const void* ws) { return (reinterpret_cast<uintptr_t>(ws) & 15) == 0; }
 
   // Workspace regions (workspace_bytes): schedule and chain counters, split counters, split partials.
+  static size_t chain_stages(const GemmProblem& p) {
+    const int64_t k2 = p.op == GemmOp::kFc1SwiGlu ? p.n : p.k;  // FC2's reduction either way
+    return static_cast<size_t>((k2 + kPackKAlign - 1) / kPackKAlign * (kPackKAlign / BK));
+  }
   static size_t split_counters_offset(const GemmProblem& p) {
-    return sizeof(int) * static_cast<size_t>(3 + p.total_rows / BN + p.num_experts + 1);
+    return sizeof(int) * (3 + static_cast<size_t>(p.total_rows / BN + p.num_experts + 1) * chain_stages(p));
   }
   static size_t partials_offset(const GemmProblem& p) {
     const size_t end = split_counters_offset(p) + (Cfg::kSplitCapable ? sizeof(int) * CONS * kMaxSplitItems : 0);
@@ -358,6 +365,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   int split_mode_ = 0;            // FP4MOE_SM90_SPLIT_K (LaunchParams::split_mode)
   bool prefetch_last_ = true;     // FP4MOE_SM90_PREFETCH_LAST (LaunchParams::prefetch_last)
   bool fetch_ahead_ = true;       // FP4MOE_SM90_FETCH_AHEAD (LaunchParams::fetch_ahead)
+  bool stage_wait_ = true;        // FP4MOE_SM90_STAGE_WAIT (LaunchParams::stage_wait)
 };
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};

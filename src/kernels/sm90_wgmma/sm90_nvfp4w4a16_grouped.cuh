@@ -70,11 +70,12 @@ struct Params {
 };
 
 // What a launch runs: FC1 alone, FC2 alone, or FC1 chained into FC2 (op[0] FC1, op[1] FC2 reading op[0]'s output
-// rows, the same experts and offsets). In a chained launch the FC2 item of token tile t waits until every FC1 item
-// of t has stored its rows: after an FC1 item's stores (a split tile's last part only) every consumer thread
-// arrives at the signal warp, which fences and adds the consumer warpgroups' count to t's counter and to the
-// all-FC1 counter (run_signal_warp); the token producer
-// (warp 1) of an FC2 item spins (acquire) until t's counter reaches CONS x FC1's m-tiles, or sees every FC1 item done
+// rows, the same experts and offsets). In a chained launch each stage of an FC2 item of token tile t waits until
+// the FC1 items of t whose output columns are that stage's k range have stored their rows: after an FC1 item's
+// stores (a split tile's last part only) every consumer thread arrives at the signal warp, which fences and adds
+// the consumer warpgroups' count to the counter of each (t, FC2 stage) the item's m-tile overlaps and to the
+// all-FC1 counter (run_signal_warp, Handover in sm90_scheduler.cuh); before a stage's copy the token producer
+// (warp 1) of an FC2 item spins (acquire) until that stage's counter is complete, or sees every FC1 item done
 // (after which it checks no more), and only then loads the token rows by TMA (after a proxy fence: the rows were
 // written by the generic proxy, TMA reads by the async one). The weight producer (warp 0) never waits: FC2's
 // weights stream while FC1's last items finish. Every item waits only for earlier items in the counter's order
@@ -96,9 +97,13 @@ struct LaunchParams {
   // prologue, while HBM is idle behind the routing; the host sets it where the routed FC1 tiles fit one
   // wave of CTAs, so those weights are read in the chain's tail, soon after (sm90 step 31).
   int prefetch_last = 0;
-  // Workspace: [2] schedule counters, then (kChain) FC1 signals in all and one count per token tile;
-  // null: the static schedule.
+  // Workspace: [2] schedule counters, then (kChain) FC1 signals in all and one count per token tile and
+  // FC2 stage (Handover, sm90_scheduler.cuh); null: the static schedule.
   int* counters = nullptr;
+  // kChain: 1, an FC2 item's token producer waits for each stage's FC1 rows before that stage's copy; 0
+  // (FP4MOE_SM90_STAGE_WAIT=0, the control of docs/perf.md's sm90 step 45), for all of its stages'
+  // rows before the first.
+  int stage_wait = 1;
   // Split reduction (sm90_scheduler.cuh, choose_split): 0 automatic, 1 never, N > 1 up to N parts.
   // Workspace regions: one arrival counter per (unit, consumer warpgroup) and the fp32 partial tiles
   // of the split items, [kMaxSplitItems][consumer][M64 tile][BN/8][128 threads] float4.
@@ -269,11 +274,11 @@ __device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64Per
   return last;
 }
 
-// What the consumers hand to the signal warp after an item (signal ring slot: kind, argument).
+// What the consumers hand to the signal warp after an item (signal ring slot: kind, two arguments).
 enum SignalKind : int32_t {
   kSignalEnd = 0,        // no more items: count the CTA done (a chained launch) and leave
   kSignalSplitPart = 1,  // a split part's partials are stored: argument = its tile's first counter
-  kSignalFc1Tile = 2,    // a chained FC1 tile's rows are stored: argument = its token tile
+  kSignalFc1Tile = 2,    // a chained FC1 tile's rows are stored: arguments = its token tile and m-tile
 };
 
 // Warp 2 of a chained launch (the signal warp): the releases at GPU scope that publish what the consumers stored, off their
@@ -282,7 +287,8 @@ enum SignalKind : int32_t {
 // the atomic's return and the partials' loads, after every split part (docs/perf.md, sm90 step 33).
 // Now every consumer thread arrives on the slot's full barrier after its stores (an arrive releases at
 // CTA scope, the wait here acquires), and lane 0 fences at GPU scope and adds the counts: kConsumers to
-// the token tile's FC1 counter and to the all-FC1 counter (one per consumer warpgroup, as before), or 1
+// the counters of the (token tile, FC2 stage) pairs the FC1 m-tile overlaps (Handover) and to the
+// all-FC1 counter (one per consumer warpgroup, as before), or 1
 // to each consumer warpgroup's counter of a split tile. The ring's empty barriers hold the consumers back
 // if this warp falls kSignalRing hand-overs behind. A chained launch's CTA counts itself done here, after
 // its last signal (they must precede the last CTA's reset of the tile counters).
@@ -293,13 +299,17 @@ __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint6
   for (int s = 0;; ++s) {
     const int slot = s % kSignalRing;
     mbar_wait(&sig_full[slot], static_cast<uint32_t>(s / kSignalRing) & 1u);
-    const int kind = s_sig[slot * kSignalInts], arg = s_sig[slot * kSignalInts + 1];
+    const int kind = s_sig[slot * kSignalInts], arg = s_sig[slot * kSignalInts + 1],
+              arg2 = s_sig[slot * kSignalInts + 2];
     if (kind != kSignalEnd) fence_acq_rel_gpu();
     if (kind == kSignalSplitPart) {
 #pragma unroll
       for (int c = 0; c < Cfg::kConsumers; ++c) atomicAdd(&p.split_counters[arg + c], 1);  // results unused: reductions
     } else if (kind == kSignalFc1Tile) {
-      atomicAdd(&p.counters[3 + arg], Cfg::kConsumers);
+      const int stages = p.op[1].kchunks / Cfg::kChunksPerStage;
+      const int g1 = Handover<Cfg>::last_group(arg2, stages);
+      for (int g = Handover<Cfg>::first_group(arg2); g <= g1; ++g)
+        atomicAdd(&p.counters[3 + arg * stages + g], Cfg::kConsumers);
       atomicAdd(&p.counters[2], Cfg::kConsumers);
     }
     mbar_arrive(&sig_empty[slot]);
@@ -311,12 +321,13 @@ __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint6
 // The consumers' side of a hand-over (every consumer thread, after its own stores of the item).
 template <class Cfg>
 __device__ __forceinline__ void signal_after_item(uint64_t* sig_full, uint64_t* sig_empty, int32_t* s_sig, int& sig,
-                                                  int kind, int arg, bool writer) {
+                                                  int kind, int arg, int arg2, bool writer) {
   const int slot = sig % kSignalRing;
   mbar_wait(&sig_empty[slot], (static_cast<uint32_t>(sig / kSignalRing) & 1u) ^ 1u);
   if (writer) {
     s_sig[slot * kSignalInts] = kind;
     s_sig[slot * kSignalInts + 1] = arg;
+    s_sig[slot * kSignalInts + 2] = arg2;
   }
   mbar_arrive(&sig_full[slot]);
   ++sig;
@@ -464,7 +475,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
       run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     if (kMode == LaunchMode::kChain && warp == 2)
-      run_signal_warp<Cfg>(p, sig_full, sig_empty, s_sig, 1 + s_prefix[num_experts], lane);
+      run_signal_warp<Cfg>(p, sig_full, sig_empty, s_sig,
+                           1 + s_prefix[num_experts] * (p.op[1].kchunks / Cfg::kChunksPerStage), lane);
     return;
   }
   // Consumer
@@ -501,7 +513,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
 #pragma unroll
       for (int i = 0; i < Cfg::kBN / 2; ++i) res[u][i] = acc[u][0][i];
     bool finish = true;  // a split tile's last part (part S-1) runs its epilogue
-    int signal = -1, signal_arg = 0;  // what to hand to the signal warp after the item's stores
+    int signal = -1, signal_arg = 0, signal_arg2 = 0;  // what to hand to the signal warp after the item's stores
     if constexpr (Cfg::kSplitCapable) {
       if (parts > 1) {
         const int base = space.split_base(o);
@@ -534,6 +546,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
       if (kMode == LaunchMode::kChain && finish) {  // the rows of token tile it.tile, for FC2's token producers
         signal = kSignalFc1Tile;
         signal_arg = it.tile;
+        signal_arg2 = it.mtile;
       }
     } else {
       const float s0 = (folded ? q.last_scales[0] : q.tensor_scales[it.expert]) * kAccumulatorScale;
@@ -543,7 +556,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
           store_tile<Cfg::kBN, false>(res[u], q.out, q.n, cta_tile0 + first_tile + u, it.row_begin, it.row_end, s0,
                                       s0, tid);
     }
-    if (signal >= 0) signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, signal, signal_arg, sig_writer);
+    if (signal >= 0)
+      signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, signal, signal_arg, signal_arg2, sig_writer);
     if (consumer == 0 && tid == 0) {
       FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 4, FP4MOE_TRACE_NOW());
       FP4MOE_TRACE_PUT(static_cast<int>(kMode), 3, j + 1);
@@ -555,7 +569,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   // the CTA done after its last fetch, while the consumers still run, which keeps the done count's round
   // trip off the kernel's end (1-2 us at T = 1 when the consumers did it for every launch).
   if constexpr (kMode == LaunchMode::kChain)
-    signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, kSignalEnd, 0, sig_writer);
+    signal_after_item<Cfg>(sig_full, sig_empty, s_sig, sig, kSignalEnd, 0, 0, sig_writer);
 #endif
 }
 

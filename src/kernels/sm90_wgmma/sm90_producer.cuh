@@ -40,8 +40,8 @@
 // swizzle, rows past the tensor zero-filled; warp 0 counted their bytes); the lanes then only arrive.
 // Gathered rows (a_row_index: Hopper TMA has no gather) keep the cp.async path, which measured 36% of
 // the prefill time (docs/perf.md step 13); the engine avoids it with a gathered copy (step 15).
-// In a chained launch (FC1 then FC2, sm90_nvfp4w4a16_grouped.cuh), before an FC2 item's first token
-// copy warp 1 waits until FC1 has stored the rows of its token tile.
+// In a chained launch (FC1 then FC2, sm90_nvfp4w4a16_grouped.cuh), before each token copy of an FC2 item
+// warp 1 waits until FC1 has stored the rows that stage reads (Handover, sm90_scheduler.cuh).
 #pragma once
 #include <cstdint>
 
@@ -166,10 +166,10 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
   const int32_t* s_items = s_rows + Cfg::kBN;
   // The token of each grouped row of a batch the launch routed itself (after the item space).
   const int32_t* s_rows_routed = s_items + kItemRing * kItemInts + kSignalRing * kSignalInts + kItemSpaceInts;
-  // A chained FC2 item's token tile is ready when the consumer warpgroups of each FC1 m-tile signalled it.
-  // Only the part of a split FC1 tile that finishes it signals.
-  const int tile_ready = Cfg::kConsumers * space.mtiles0;
+  // A chained FC2 stage's rows are ready when the consumer warpgroups of each FC1 m-tile they come from
+  // signalled them (Handover). Only the part of a split FC1 tile that finishes it signals.
   const int fc1_all = Cfg::kConsumers * space.units0;  // every FC1 tile signalled
+  const int fc2_stages = kMode == LaunchMode::kChain ? p.op[1].kchunks / Cfg::kChunksPerStage : 0;
   bool fc1_done = false;
   constexpr int kRowChunks = Cfg::kBK / 8;  // 16-byte chunks per token row per stage
   static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");
@@ -200,25 +200,50 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       s_rows[r] = row < it.row_end ? (q.rows_from_route ? s_rows_routed[row] : q.a_row_index ? q.a_row_index[row] : row) : -1;
     }
     __syncwarp();
+    // FC1's rows for this FC2 item: once every FC1 item is seen done no later item checks (each acquire is
+    // a round trip to L2, which measured 2-3% at T = 128 when paid per item); until then each stage waits
+    // for its own rows. `ready` bit i: stage rbase + i's rows are stored, from one poll in which lane i
+    // loads that stage's counter (acquire; all lanes' loads in flight together); after the warp's barrier
+    // lane 0 orders the async proxy's reads (TMA) after what the acquires made visible.
+    bool wait_rows = false;
+    uint32_t ready = 0;
+    int rbase = 0;
+    const int* stage_counters = p.counters + 3 + it.tile * fc2_stages;
+    const auto poll = [&](int from) {
+      const int g = from + lane;
+      const int need = g < fc2_stages ? Handover<Cfg>::need(g, space.mtiles0) : 0;
+      ready = __ballot_sync(0xffffffffu, need == 0 || ld_acquire_gpu(&stage_counters[g]) >= need);
+      rbase = from;
+      __syncwarp();
+      if (lane == 0) fence_proxy_async_global();
+    };
     if (kMode == LaunchMode::kChain && o == 1 && !fc1_done) {
-      // FC1's rows of this token tile: wait until both warpgroups of every FC1 m-tile published them
-      // (acquire), then order the async proxy's reads (TMA) after what the acquire made visible. Once
-      // every FC1 item is seen done, no later item needs a check (each acquire is a round trip to L2,
-      // which measured 2-3% at T = 128 when paid per item).
-      if (lane == 0) {
-        if (ld_acquire_gpu(&p.counters[2]) >= fc1_all) {
-          fc1_done = true;
-        } else {
-          while (ld_acquire_gpu(&p.counters[3 + it.tile]) < tile_ready) {
-          }
-        }
+      if (lane == 0 && ld_acquire_gpu(&p.counters[2]) >= fc1_all) {
+        fc1_done = true;
         fence_proxy_async_global();
       }
       fc1_done = __shfl_sync(0xffffffffu, fc1_done, 0);
+      wait_rows = !fc1_done;
+      if (wait_rows && !p.stage_wait) {  // the control: every stage's rows before the first copy
+        for (int g0 = stage0; g0 < stage0 + nstages; g0 += 32) {
+          const int n = stage0 + nstages - g0 < 32 ? stage0 + nstages - g0 : 32;
+          const uint32_t all = n == 32 ? 0xffffffffu : (1u << n) - 1u;
+          do poll(g0);
+          while ((ready & all) != all);
+        }
+        wait_rows = false;
+      }
     }
-    if (lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());
     for (int ks = 0; ks < nstages; ++ks) {
       const int chunk0 = (stage0 + ks) * Cfg::kChunksPerStage;
+      if (kMode == LaunchMode::kChain && wait_rows) {
+        const int g = stage0 + ks;
+        if (g - rbase >= 32 || ((ready >> (g - rbase)) & 1u) == 0u) {
+          do poll(g);
+          while ((ready & 1u) == 0u);
+        }
+      }
+      if (ks == 0 && lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());
       mbar_wait(&empty[stage], phase ^ 1u);
       uint8_t* st = smem + stage * Cfg::kStageBytes;
       if (q.tok_tma) {

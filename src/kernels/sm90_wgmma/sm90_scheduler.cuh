@@ -19,11 +19,11 @@
 // CTAs running at the same time read the same weight rows (one HBM read, the rest from L2).
 //
 // The counters in the tactic's workspace (next item, CTAs done, then for a chained launch FC1's
-// signals: all of them, and one count per token tile) are zero before a launch and zero again after
-// it: the last CTA to finish resets them (finish_work_items), and the last part of a split tile resets
-// that tile's arrival counter, so graph replays need no memset. Whoever allocates the workspace zeroes
-// it once (GroupedGemmTactic::workspace_bytes). Without a workspace (or
-// with FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ..., the same item ring and
+// signals: all of them, and one count per token tile and FC2 stage, Handover) are zero before a launch
+// and zero again after it: the last CTA to finish resets them (finish_work_items), and the last part of
+// a split tile resets that tile's arrival counter, so graph replays need no memset. Whoever allocates
+// the workspace zeroes it once (GroupedGemmTactic::workspace_bytes). Without a workspace (or with
+// FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ..., the same item ring and
 // sentinel, no atomics.
 #pragma once
 #include <climits>
@@ -154,16 +154,19 @@ __device__ __forceinline__ int fetched_work_item(const int* counters, int fetche
 
 // After every fetch of this CTA has returned and its consumers have signalled their last item: count
 // the CTA done; the last CTA resets the counters and the `extra` counters after them (a chained
-// launch's FC1 signals: 1 + token tiles; 0 otherwise). The fence orders this CTA's fetches, signals
-// and waits before its done increment, so when the last CTA sees every other CTA done, nothing of this
-// launch still touches them.
+// launch's FC1 signals: 1 + token tiles x FC2 stages; 0 otherwise). The fence orders this CTA's
+// fetches, signals and waits before its done increment, so when the last CTA sees every other CTA
+// done, nothing of this launch still touches them.
 __device__ __forceinline__ void finish_work_items(int* counters, int extra) {
   if (!counters) return;
   __threadfence();
   if (atomicAdd(&counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
     atomicExch(&counters[0], 0);
     atomicExch(&counters[1], 0);
-    for (int i = 0; i < extra; ++i) counters[2 + i] = 0;
+    int i = 0;  // 16-byte stores where aligned (the workspace is; a chained launch has a few hundred)
+    for (; i < extra && ((2 + i) & 3) != 0; ++i) counters[2 + i] = 0;
+    for (; i + 4 <= extra; i += 4) *reinterpret_cast<int4*>(counters + 2 + i) = make_int4(0, 0, 0, 0);
+    for (; i < extra; ++i) counters[2 + i] = 0;
   }
 }
 
@@ -203,8 +206,8 @@ __device__ __forceinline__ int choose_split(bool capable, int mode, int units, i
 // Params::last_weights: the engine's shared expert, which holds every token). Where FC1 does not split
 // (split0 == 1) and the other experts' units fit the machine's CTA slots once but the last expert's
 // units would spill into a second wave of whole tiles (GLM-5 at T = 1: 128 + 16 FC1 tiles of 24 k256
-// stages on 132 SMs), its units are split into parts a little shorter than an FC2 item (24 stages: four
-// parts of 6; the rule is fold_split_parts in tile_config.h): op 0's items are the other units, one item
+// stages on 132 SMs), its units are split into parts no longer than an FC2 item (24 stages, FC2 8: three
+// parts of 8; the rule is fold_split_parts in tile_config.h): op 0's items are the other units, one item
 // each, then the xunits * xsplit parts, which the CTAs left over from the first wave and then the first to
 // finish take. Measured at GLM-5 T = 1 (docs/perf.md, sm90 step 30): whole tiles 88.0 us against 75.9-76.4
 // for 3 parts; with the parts first in the order 85.7-94.3, and again 72.3-72.8 against 67.9 in step 33
@@ -281,6 +284,32 @@ struct ItemSpace {
   }
   // Op o's first index in the split workspace (items and units alike: units <= items).
   __device__ int split_base(int o) const { return o ? split_base1 : 0; }
+};
+
+// The chained launch's hand-over from FC1 to FC2 by FC2 stage (docs/perf.md, sm90 step 45). FC1's CTA m-tile j
+// stores output columns [j*C, (j+1)*C), C = BM/2, which are FC2's reduction columns; FC2's stage g (k range
+// [g*BK, (g+1)*BK) of an unsplit item, the same for every FC2 item) reads the rows of the FC1 m-tiles that
+// overlap it. The signal warp adds CONS to the counter of each (token tile, stage) pair an FC1 m-tile
+// overlaps, once that tile's rows are stored; FC2's token producer copies stage g's rows once the pair's
+// counter reaches `need(g)`. So an FC2 item starts as soon as the FC1 m-tiles of its first stage are
+// stored, not all of its token tile's: at GLM-5 T=1 an expert's 16 FC1 tiles end 35 to 42 us into the
+// launch and its FC2 items, which waited for the last of them, now start on the first two.
+// Counters: the workspace's ints from 3 on, [token tile][stage]; `stages` = FC2's stages per unsplit item.
+template <class Cfg>
+struct Handover {
+  static constexpr int kCols = Cfg::kBM / 2;  // FC1 output columns per CTA m-tile
+  __device__ static int first_group(int mtile) { return mtile * kCols / Cfg::kBK; }
+  __device__ static int last_group(int mtile, int stages) {
+    const int g = ((mtile + 1) * kCols - 1) / Cfg::kBK;
+    return g < stages - 1 ? g : stages - 1;
+  }
+  // The count at which stage g's rows are complete: CONS per overlapping FC1 m-tile (0 past FC1's columns).
+  __device__ static int need(int g, int mtiles) {
+    const int lo = g * Cfg::kBK / kCols;
+    const int hi0 = ((g + 1) * Cfg::kBK - 1) / kCols;
+    const int hi = hi0 < mtiles - 1 ? hi0 : mtiles - 1;
+    return hi >= lo ? (hi - lo + 1) * Cfg::kConsumers : 0;
+  }
 };
 
 // Unit w (0-based within its op) of an op with `mtiles` m-tiles. Called by whole warps (every lane

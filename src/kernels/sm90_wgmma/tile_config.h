@@ -39,7 +39,7 @@ constexpr int kSmemAlignSlack = 1024;       // the dynamic base is only 16-byte 
 constexpr int kItemRing = 16;               // fetched work items the consumers have not started yet, at most
 constexpr int kItemInts = 10;               // int32 per item ring slot: the decoded item (sm90_scheduler.cuh, RingItem)
 constexpr int kSignalRing = 4;              // consumer -> signal warp hand-overs in flight (grouped.cuh)
-constexpr int kSignalInts = 2;              // int32 per signal ring slot: what to signal and its argument
+constexpr int kSignalInts = 3;              // int32 per signal ring slot: what to signal and its two arguments
 
 // Split reduction (split-K, sm90_scheduler.cuh): a work item may cover 1/S of its tile's K range, S a power
 // of two up to kMaxSplit (a folded last expert's parts: any divisor of the stages up to kMaxSplit); the
@@ -54,13 +54,16 @@ constexpr int kMinAutoSplitStages = 4;      // the automatic choice leaves every
 constexpr bool split_capable(int bn) { return bn <= 16; }
 // The folded last expert's parts (sm90_scheduler.cuh, ItemSpace) from FC1's and FC2's stage counts, launch constants
 // the host computes once (LaunchParams::fold_parts): the smallest divisor of FC1's stages, up to
-// kMaxSplit, that makes a part shorter than an FC2 item (GLM-5: 24 stages, FC2 8: 4 parts of 6 stages;
-// DeepSeek-V3: 28 stages, FC2 8: 4 parts of 7), else the largest below that count; 1 (whole tiles) for a
-// prime stage count above kMaxSplit. Shorter parts fill the CTAs that wait for FC1 more evenly now that
-// a part's reduction costs its consumers nothing (GLM-5 T=1, docs/perf.md sm90 step 33: 3 / 4 / 6 parts
-// 67.9 / 67.3 / 70.8-73.0 us; with the reduction on the consumers' path, step 30, 3 parts were best).
+// kMaxSplit, that makes a part no longer than an FC2 item (target ceil(FC1 / FC2 stages), at least 2;
+// GLM-5: 24 stages, FC2 8: 3 parts of 8 stages; DeepSeek-V3: 28 stages, FC2 8: 4 parts of 7), else the
+// largest below the target; 1 (whole tiles) for a prime stage count above kMaxSplit. Parts as long as an
+// FC2 item make every item of the tail a multiple of one FC2 item, which packs the CTAs' last items
+// evenly now that FC2 starts stage by stage as FC1's tiles finish (GLM-5 T=1, docs/perf.md sm90 step 45:
+// 3 / 4 parts 66.3-66.6 / 66.8-67.4 us; before the per-stage hand-over, step 33, 3 / 4 / 6 parts
+// 67.9 / 67.3 / 70.8-73.0, and with the reduction on the consumers' path, step 30, 3 parts were best).
 constexpr int fold_split_parts(int stages0, int stages1) {
-  const int target = stages1 > 0 && stages0 / stages1 + 1 > 2 ? stages0 / stages1 + 1 : 2;
+  const int ceil_ratio = stages1 > 0 ? (stages0 + stages1 - 1) / stages1 : 2;
+  const int target = ceil_ratio > 2 ? ceil_ratio : 2;
   for (int d = target; d <= kMaxSplit; ++d)
     if (stages0 % d == 0) return d;
   for (int d = (target - 1 < kMaxSplit ? target - 1 : kMaxSplit); d >= 2; --d)
