@@ -306,10 +306,10 @@ __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint6
 #pragma unroll
       for (int c = 0; c < Cfg::kConsumers; ++c) atomicAdd(&p.split_counters[arg + c], 1);  // results unused: reductions
     } else if (kind == kSignalFc1Tile) {
-      const int stages = p.op[1].kchunks / Cfg::kChunksPerStage;
+      const int stages = Handover<Cfg>::stages(p);
+      int* tile_counters = Handover<Cfg>::counters(p.counters, arg, stages);
       const int g1 = Handover<Cfg>::last_group(arg2, stages);
-      for (int g = Handover<Cfg>::first_group(arg2); g <= g1; ++g)
-        atomicAdd(&p.counters[3 + arg * stages + g], Cfg::kConsumers);
+      for (int g = Handover<Cfg>::first_group(arg2); g <= g1; ++g) atomicAdd(&tile_counters[g], Cfg::kConsumers);
       atomicAdd(&p.counters[2], Cfg::kConsumers);
     }
     mbar_arrive(&sig_empty[slot]);
@@ -476,7 +476,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     if (kMode == LaunchMode::kChain && warp == 2)
       run_signal_warp<Cfg>(p, sig_full, sig_empty, s_sig,
-                           1 + s_prefix[num_experts] * (p.op[1].kchunks / Cfg::kChunksPerStage), lane);
+                           1 + s_prefix[num_experts] * Handover<Cfg>::stages(p), lane);
     return;
   }
   // Consumer

@@ -169,7 +169,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
   // A chained FC2 stage's rows are ready when the consumer warpgroups of each FC1 m-tile they come from
   // signalled them (Handover). Only the part of a split FC1 tile that finishes it signals.
   const int fc1_all = Cfg::kConsumers * space.units0;  // every FC1 tile signalled
-  const int fc2_stages = kMode == LaunchMode::kChain ? p.op[1].kchunks / Cfg::kChunksPerStage : 0;
+  const int fc2_stages = kMode == LaunchMode::kChain ? Handover<Cfg>::stages(p) : 0;
   bool fc1_done = false;
   constexpr int kRowChunks = Cfg::kBK / 8;  // 16-byte chunks per token row per stage
   static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");
@@ -208,7 +208,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
     bool wait_rows = false;
     uint32_t ready = 0;
     int rbase = 0;
-    const int* stage_counters = p.counters + 3 + it.tile * fc2_stages;
+    const int* stage_counters = Handover<Cfg>::counters(p.counters, it.tile, fc2_stages);
     const auto poll = [&](int from) {
       const int g = from + lane;
       const int need = g < fc2_stages ? Handover<Cfg>::need(g, space.mtiles0) : 0;

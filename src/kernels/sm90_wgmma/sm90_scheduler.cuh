@@ -298,6 +298,10 @@ struct ItemSpace {
 template <class Cfg>
 struct Handover {
   static constexpr int kCols = Cfg::kBM / 2;  // FC1 output columns per CTA m-tile
+  template <class LaunchParams>
+  __device__ static int stages(const LaunchParams& p) { return p.op[1].kchunks / Cfg::kChunksPerStage; }
+  // Token tile t's counters (stage g at [g]); the host sizes them (sm90_nvfp4w4a16_grouped.cu, chain_stages).
+  __device__ static int* counters(int* base, int t, int stages) { return base + 3 + t * stages; }
   __device__ static int first_group(int mtile) { return mtile * kCols / Cfg::kBK; }
   __device__ static int last_group(int mtile, int stages) {
     const int g = ((mtile + 1) * kCols - 1) / Cfg::kBK;
