@@ -60,7 +60,7 @@ open(os.path.join(stage, "gpu_tests.txt"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 ' "$root" "$build" "$stage"
 strip "$stage/bin/"* "$stage/tests/"*
-git -C "$root" rev-parse --short HEAD >"$stage/revision.txt" 2>/dev/null || echo "uncommitted" >"$stage/revision.txt"
+git -C "$root" describe --always --dirty --abbrev=7 >"$stage/revision.txt" 2>/dev/null || echo "uncommitted" >"$stage/revision.txt"
 du -sh "$stage"
 ls -l "$stage/bin" "$stage/tests"
 tar -C "$root" -cf - .gpubuild | xz -T"$jobs" -3 >"$root/.gpubuild.tar.xz"
