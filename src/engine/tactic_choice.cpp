@@ -47,6 +47,29 @@ Status usable(const std::string& name, const GemmProblem& p, const DeviceCaps& c
 
 }  // namespace
 
+double expected_token_tile_cost(double mean_rows, int64_t max_rows, int64_t width) {
+  if (mean_rows <= 0.0 || width <= 0) return 0.0;
+  const double w = static_cast<double>(width) + kTokenTileOverheadColumns;
+  if (mean_rows > 1e6) {  // the sum below would take millions of terms: rows / width + 1/2 tiles
+    const double rows = max_rows > 0 ? std::min(mean_rows, static_cast<double>(max_rows)) : mean_rows;
+    return (rows / static_cast<double>(width) + 0.5) * w;
+  }
+  // E[ceil(min(r, max_rows) / width)] for r ~ Poisson(mean_rows), summed over r within 12 standard
+  // deviations of the mean (the probabilities from their logarithms: exp(-mean) underflows past 745).
+  const double sd = std::sqrt(mean_rows);
+  const int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(mean_rows - 12.0 * sd - 30.0));
+  const int64_t hi = static_cast<int64_t>(mean_rows + 12.0 * sd + 30.0);
+  const double log_mean = std::log(mean_rows);
+  double tiles = 0.0;
+  for (int64_t r = lo; r <= hi; ++r) {
+    const int64_t rows = max_rows > 0 ? std::min(r, max_rows) : r;
+    if (rows == 0) continue;
+    const double pr = std::exp(static_cast<double>(r) * log_mean - mean_rows - std::lgamma(static_cast<double>(r) + 1.0));
+    tiles += pr * static_cast<double>((rows + width - 1) / width);
+  }
+  return tiles * w;
+}
+
 const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_descs, const GemmProblem& p) {
   if (usable_descs.empty()) return nullptr;
   std::string fallback_family;
@@ -56,18 +79,26 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   for (const TacticDesc* d : usable_descs)
     if (d->family != fallback_family) pool.push_back(d);  // a specialised family that passes wins
   if (pool.empty()) pool = usable_descs;
-  const int64_t experts = std::max<int64_t>(1, p.num_experts);
-  int64_t rows = (p.total_rows + experts - 1) / experts;  // expected rows per expert, uniform routing
-  if (p.max_rows_per_expert > 0) rows = std::min(rows, p.max_rows_per_expert);
-  rows = std::max<int64_t>(rows, 1);
+  // The token width: the one whose expected cost over the experts is lowest (expected_token_tile_cost).
+  std::vector<int> widths;
+  for (const TacticDesc* d : pool)
+    if (std::find(widths.begin(), widths.end(), d->tile_n) == widths.end()) widths.push_back(d->tile_n);
+  const double mean_rows = static_cast<double>(std::max<int64_t>(p.total_rows, 0)) /
+                           static_cast<double>(std::max<int64_t>(1, p.num_experts));
+  int width = 0;
+  double width_cost = 0.0;
+  for (int n : widths) {
+    const double c = expected_token_tile_cost(mean_rows, p.max_rows_per_expert, n);
+    if (width == 0 || c < width_cost || (c == width_cost && n < width)) {
+      width = n;
+      width_cost = c;
+    }
+  }
   const TacticDesc* best = nullptr;
-  for (const TacticDesc* d : pool)  // smallest token tile that covers the rows
-    if (d->tile_n >= rows && (!best || d->tile_n < best->tile_n)) best = d;
-  if (!best)
-    for (const TacticDesc* d : pool)  // else the largest tile
-      if (!best || d->tile_n > best->tile_n) best = d;
+  for (const TacticDesc* d : pool)
+    if (d->tile_n == width && !best) best = d;
   // Among the tiles of that token width, the first in registration order whose k per stage leaves the
-  // reduction at least kMinStages pipeline stages (one for a two-CTA tile, below); with none, the one
+  // reduction at least four pipeline stages (one for a two-CTA tile; stage_ok below); with none, the one
   // with the most stages. A deep stage that a short reduction fills once or twice leaves the pipeline
   // empty at every work item (the TP8 shard's FC2, K = 256, measured 20% slower on the one-CTA k256
   // decode tile than on the k128 one).
@@ -78,19 +109,19 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   // (docs/perf.md, sm90 step 17). Tiles sized for two CTAs per SM need only one stage: the other CTA's
   // stages keep the SM's copies going across an item boundary (the two-CTA k256 tile ran the TP8 FC2,
   // K = 256, in 77 us at T = 32 against 84 on the two-CTA k128 one, sm90 step 23).
-  constexpr int64_t kMinStages = 4, kFewItems = 512;
+  constexpr int64_t kFewItems = 512;
   const int64_t tile_m = std::max(best->tile_m, 1);
   const int64_t items = std::min(p.num_experts, std::max<int64_t>(p.total_rows, 1)) *
                         ((weight_rows(p) + tile_m - 1) / tile_m);
   const bool sparse = items < kFewItems;
   auto stages = [&](const TacticDesc* d) { return d->tile_k > 0 ? p.k / d->tile_k : 0; };
-  auto min_stages = [&](const TacticDesc* d) { return d->ctas_per_sm > 1 ? int64_t(1) : kMinStages; };
+  auto stage_ok = [&](const TacticDesc* d) { return stages(d) >= (d->ctas_per_sm > 1 ? int64_t(1) : int64_t(4)); };
   const TacticDesc* first_ok = nullptr;
   const TacticDesc* deepest_ok = nullptr;
   const TacticDesc* most_stages = nullptr;
   for (const TacticDesc* d : pool) {
     if (d->tile_n != best->tile_n) continue;
-    if (stages(d) >= min_stages(d)) {
+    if (stage_ok(d)) {
       if (!first_ok) first_ok = d;
       if (!deepest_ok || d->tile_k > deepest_ok->tile_k) deepest_ok = d;
     }

@@ -23,12 +23,23 @@ Status choose_tactic(const GemmProblem& problem, const DeviceCaps& caps, const T
                      GroupedGemmTactic** out, std::string* note);
 
 // The heuristic alone (also used by tools): among usable tactics, prefer a family other than the
-// fallback's when one passes; within the family pick the smallest token tile (tile_n) that covers the
-// expected rows per expert (total_rows / num_experts under uniform routing), else the largest tile; among
-// the tiles of that width, the first registered whose k per stage leaves the reduction at least 4
-// pipeline stages (for problems of fewer than 512 work items, active experts x weight-row tiles, the
-// deepest such stage), else the one with the most stages.
+// fallback's when one passes; within the family pick the token tile width (tile_n) of the lowest
+// expected_token_tile_cost at the problem's mean rows per expert (total_rows / num_experts, uniform
+// routing); among the tiles of that width, the first registered whose k per stage leaves the reduction at least 4
+// pipeline stages (1 for a tile of two CTAs per SM; for problems of fewer than 512 work items, active
+// experts x weight-row tiles, the deepest such stage), else the one with the most stages.
 const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable, const GemmProblem& problem);
+
+// The cost model of the token width: the expected number of token tiles an expert's rows take, with the
+// rows of an expert Poisson-distributed around mean_rows (uniform routing) and capped at max_rows (> 0;
+// 0: no cap), times (width + kTokenTileOverheadColumns). A token tile streams and dequantises its expert's
+// weight tiles whatever its width and adds tensor-core work per column; on the H200 the GLM-5 FC1 + FC2
+// pair on the sm90 four-consumer tiles took, per token tile of all 256 experts, 1.12-1.17 / 1.24-1.32 /
+// 1.44-1.50 / 1.84-1.90 ms at widths 8 / 16 / 32 / 64 and 2.88-3.07 ms on the n128 tile, about
+// proportional to width + 67 (docs/perf.md, sm90 step 46). So 8 rows per expert take n16 (n8 would
+// split 41% of the experts in two), 16 n32, 32 and 64 n64, 128 and more n128.
+constexpr double kTokenTileOverheadColumns = 67.0;
+double expected_token_tile_cost(double mean_rows, int64_t max_rows, int64_t width);
 
 // Weight bytes (NVFP4 codes + E4M3 block scales) that FC1 and FC2 are expected to read together under
 // uniform routing: E * (1 - exp(-rows / E)) active experts of the FC1 problem's rows.

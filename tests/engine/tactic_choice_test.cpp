@@ -1,10 +1,11 @@
 // The engine's built-in tactic heuristic (src/engine/tactic_choice.cpp) on hand-made descriptors: the
-// token width from the expected rows per expert, and among tiles of that width the first whose k per
-// stage leaves at least four pipeline stages (the deepest such stage when the problem has fewer than 512
+// token width of the lowest expected cost (expected_token_tile_cost: the token tiles an expert's
+// Poisson-scattered rows take, times width + 67), and among tiles of that width the first whose k per stage leaves at least four pipeline stages (the deepest such stage when the problem has fewer than 512
 // work items, else the one with the most stages). The fallback family is the registry's (portable): it is chosen only when
 // nothing else is usable.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,53 @@ TEST_F(HeuristicTest, TwoCtaTilesNeedOnlyOneStage) {
   EXPECT_EQ(heuristic_choice(usable, problem(2048, 8, 256))->name, "n8.k256.x2");   // few items: the deepest, first
   std::vector<const TacticDesc*> one_cta_first{&k256, &x2k128};
   EXPECT_EQ(heuristic_choice(one_cta_first, problem(256, 64, 256))->name, "n8.k128.x2");  // 1 one-CTA stage: not enough
+}
+
+TEST(TokenTileCost, CountsTheTilesOfPoissonRows) {
+  EXPECT_EQ(expected_token_tile_cost(0.0, 0, 8), 0.0);
+  // 8 rows on average: n8 splits 41% of the experts (P(r > 8) = 0.407), n16 almost none (P(r > 16) = 0.004).
+  EXPECT_NEAR(expected_token_tile_cost(8.0, 0, 8) / (8 + kTokenTileOverheadColumns), 1.411, 0.002);
+  EXPECT_NEAR(expected_token_tile_cost(8.0, 0, 16) / (16 + kTokenTileOverheadColumns), 1.0034, 0.001);
+  // Capped rows: with at most 8 rows an expert never takes a second n8 tile (P(r > 0) = 1 - e^-8).
+  EXPECT_NEAR(expected_token_tile_cost(8.0, 8, 8) / (8 + kTokenTileOverheadColumns), 1.0 - std::exp(-8.0), 1e-6);
+  // Large means (exp(-mean) alone would underflow): about mean / width + 1/2 tiles.
+  const double big = expected_token_tile_cost(1e5, 0, 128) / (128 + kTokenTileOverheadColumns);
+  EXPECT_NEAR(big, 1e5 / 128 + 0.5, 0.05);
+  EXPECT_NEAR(expected_token_tile_cost(1e7, 0, 128) / (128 + kTokenTileOverheadColumns), 1e7 / 128 + 0.5, 0.05);
+  EXPECT_NEAR(expected_token_tile_cost(1e7, 4096, 128) / (128 + kTokenTileOverheadColumns), 32.5, 0.05);
+}
+
+TEST(HeuristicWidth, PicksTheWidthOfFewestExpectedTileCosts) {
+  // As the sm90 table: n8 and n16 with one-CTA k256 and two-CTA k256 tiles, n32 and n64 with one-CTA
+  // k256 tiles only, n128 with k128 and k64.
+  std::vector<TacticDesc> d{desc("n8.k256", "fast", 8, 256),    desc("n8.k256.x2", "fast", 8, 256),
+                            desc("n16.k256", "fast", 16, 256),  desc("n16.k256.x2", "fast", 16, 256),
+                            desc("n128.k128", "fast", 128, 128), desc("n128.k64", "fast", 128, 64),
+                            desc("n32.k256", "fast", 32, 256),  desc("n64.k256", "fast", 64, 256)};
+  d[1].ctas_per_sm = d[3].ctas_per_sm = 2;
+  std::vector<const TacticDesc*> usable;
+  for (const TacticDesc& x : d) usable.push_back(&x);
+  auto pick = [&](int64_t k, int64_t rows, int64_t max_rows = 0) {
+    GemmProblem p = problem(k, rows, 256);
+    p.max_rows_per_expert = max_rows;
+    return heuristic_choice(usable, p)->name;
+  };
+  // GLM-5's FC2 (K = 2048, 8 k256 stages) at T = 128 / 256 / 512 / 1024 / 2048 / 8192 (top-8, 256 experts).
+  EXPECT_EQ(pick(2048, 1024), "n8.k256");     // 4 rows per expert
+  EXPECT_EQ(pick(2048, 2048), "n16.k256");    // 8: sm90 step 46, n16 1.32 ms against n8 1.65
+  EXPECT_EQ(pick(2048, 4096), "n32.k256");    // 16: n32 1.50 against n16 1.86
+  EXPECT_EQ(pick(2048, 8192), "n64.k256");    // 32: n64 1.90 against n32 2.17
+  EXPECT_EQ(pick(2048, 16384), "n64.k256");   // 64: n64 2.78 against n128 3.07
+  EXPECT_EQ(pick(2048, 65536), "n128.k128");  // 256
+  // A cap on the rows per expert: at most 8 rows never need more than one n8 tile.
+  EXPECT_EQ(pick(2048, 4096, 8), "n8.k256");
+  // K = 256 (the TP8 shard's FC2, one k256 stage): the width does not depend on the stages; within it the
+  // two-CTA tiles pipeline one stage, and n32 / n64 have only their one-CTA k256 tile (sm90 step 46: the
+  // fastest at 16 to 64 rows per expert even so).
+  EXPECT_EQ(pick(256, 1024), "n8.k256.x2");
+  EXPECT_EQ(pick(256, 2048), "n16.k256.x2");
+  EXPECT_EQ(pick(256, 4096), "n32.k256");
+  EXPECT_EQ(pick(256, 16384), "n64.k256");
 }
 
 TEST_F(HeuristicTest, WideRowsTakeTheLargestTileAndTheFallbackOnlyAlone) {
