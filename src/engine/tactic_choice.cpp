@@ -70,7 +70,8 @@ double expected_token_tile_cost(double mean_rows, int64_t max_rows, int64_t widt
   return tiles * w;
 }
 
-const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_descs, const GemmProblem& p) {
+const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_descs, const GemmProblem& p,
+                                   int sm_count) {
   if (usable_descs.empty()) return nullptr;
   std::string fallback_family;
   for (const TacticDesc& d : all_tactic_descs())
@@ -88,7 +89,23 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   int width = 0;
   double width_cost = 0.0;
   for (int n : widths) {
-    const double c = expected_token_tile_cost(mean_rows, p.max_rows_per_expert, n);
+    double c = expected_token_tile_cost(mean_rows, p.max_rows_per_expert, n);
+    if (sm_count > 0 && c > 0.0) {
+      // An op of fewer than kFewWaves waves of work items (experts x weight-row tiles x token tiles over
+      // the persistent grid's CTAs) leaves the last wave's SMs idle: count that wave whole. Mixtral's FC2
+      // at 64 rows per expert (8 experts, 16 m-tiles): 128 n128 items fill 132 SMs once, while n64's
+      // ~190 need two rounds (sm90 step 46: the forward 476 us on n128 against 526 on n64).
+      const TacticDesc* first = nullptr;
+      for (const TacticDesc* d : pool)
+        if (d->tile_n == n && !first) first = d;
+      const double tile_m = static_cast<double>(std::max(first->tile_m, 1));
+      const double mtiles = std::ceil(static_cast<double>(weight_rows(p)) / tile_m);
+      const double items = static_cast<double>(std::max<int64_t>(1, p.num_experts)) * mtiles * c /
+                           (static_cast<double>(n) + kTokenTileOverheadColumns);
+      const double waves = items / (static_cast<double>(sm_count) * std::max(first->ctas_per_sm, 1));
+      constexpr double kFewWaves = 2.0;
+      if (waves > 0.0 && waves < kFewWaves) c *= std::ceil(waves) / waves;
+    }
     if (width == 0 || c < width_cost || (c == width_cost && n < width)) {
       width = n;
       width_cost = c;
@@ -172,7 +189,7 @@ Status choose_tactic(const GemmProblem& p, const DeviceCaps& caps, const TacticR
     else
       reasons += "\n  " + st.message();
   }
-  const TacticDesc* best = heuristic_choice(ok, p);
+  const TacticDesc* best = heuristic_choice(ok, p, caps.sm_count);
   if (!best)
     return Status(StatusCode::kUnsupported,
                   fmt::format("no tactic can run {} on {} (sm_{}):{}", p.to_string(), caps.name, caps.cc(),

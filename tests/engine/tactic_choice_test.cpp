@@ -111,6 +111,7 @@ TEST(HeuristicWidth, PicksTheWidthOfFewestExpectedTileCosts) {
                             desc("n128.k128", "fast", 128, 128), desc("n128.k64", "fast", 128, 64),
                             desc("n32.k256", "fast", 32, 256),  desc("n64.k256", "fast", 64, 256)};
   d[1].ctas_per_sm = d[3].ctas_per_sm = 2;
+  d[0].tile_m = d[2].tile_m = d[4].tile_m = d[5].tile_m = d[6].tile_m = d[7].tile_m = 256;
   std::vector<const TacticDesc*> usable;
   for (const TacticDesc& x : d) usable.push_back(&x);
   auto pick = [&](int64_t k, int64_t rows, int64_t max_rows = 0) {
@@ -134,6 +135,17 @@ TEST(HeuristicWidth, PicksTheWidthOfFewestExpectedTileCosts) {
   EXPECT_EQ(pick(256, 2048), "n16.k256.x2");
   EXPECT_EQ(pick(256, 4096), "n32.k256");
   EXPECT_EQ(pick(256, 16384), "n64.k256");
+  // Few waves (the SM count given): Mixtral's FC2 (8 experts, n = 4096: 16 m-tiles of 256, K = 14336) at
+  // 64 rows per expert: n128's 128 items fill 132 SMs once, n64's ~190 twice, so n128; its FC1 (n = 2 x
+  // 14336: 112 m-tiles, 1300 n64 items) stays on n64, and so does the FC2 without an SM count.
+  GemmProblem fc2 = problem(14336, 512, 8, 4096);
+  EXPECT_EQ(heuristic_choice(usable, fc2, 132)->name, "n128.k128");
+  EXPECT_EQ(heuristic_choice(usable, fc2)->name, "n64.k256");
+  GemmProblem fc1 = problem(4096, 512, 8, 14336);
+  fc1.op = GemmOp::kFc1SwiGlu;
+  EXPECT_EQ(heuristic_choice(usable, fc1, 132)->name, "n64.k256");
+  // Many waves: GLM-5's FC2 at 64 rows per expert keeps n64 with the SM count.
+  EXPECT_EQ(heuristic_choice(usable, problem(2048, 16384, 256), 132)->name, "n64.k256");
 }
 
 TEST_F(HeuristicTest, WideRowsTakeTheLargestTileAndTheFallbackOnlyAlone) {
