@@ -84,6 +84,9 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   std::vector<int> widths;
   for (const TacticDesc* d : pool)
     if (std::find(widths.begin(), widths.end(), d->tile_n) == widths.end()) widths.push_back(d->tile_n);
+  auto first_of_width = [&](int n) {
+    return *std::find_if(pool.begin(), pool.end(), [&](const TacticDesc* d) { return d->tile_n == n; });
+  };
   const double mean_rows = static_cast<double>(std::max<int64_t>(p.total_rows, 0)) /
                            static_cast<double>(std::max<int64_t>(1, p.num_experts));
   int width = 0;
@@ -94,10 +97,8 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
       // An op of fewer than kFewWaves waves of work items (experts x weight-row tiles x token tiles over
       // the persistent grid's CTAs) leaves the last wave's SMs idle: count that wave whole. Mixtral's FC2
       // at 64 rows per expert (8 experts, 16 m-tiles): 128 n128 items fill 132 SMs once, while n64's
-      // ~190 need two rounds (sm90 step 46: the forward 476 us on n128 against 526 on n64).
-      const TacticDesc* first = nullptr;
-      for (const TacticDesc* d : pool)
-        if (d->tile_n == n && !first) first = d;
+      // ~190 need two rounds (sm90 step 46b: the forward 476 us on n128 against 526 on n64).
+      const TacticDesc* first = first_of_width(n);
       const double tile_m = static_cast<double>(std::max(first->tile_m, 1));
       const double mtiles = std::ceil(static_cast<double>(weight_rows(p)) / tile_m);
       const double items = static_cast<double>(std::max<int64_t>(1, p.num_experts)) * mtiles * c /
@@ -111,9 +112,7 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
       width_cost = c;
     }
   }
-  const TacticDesc* best = nullptr;
-  for (const TacticDesc* d : pool)
-    if (d->tile_n == width && !best) best = d;
+  const TacticDesc* best = first_of_width(width);
   // Among the tiles of that token width, the first in registration order whose k per stage leaves the
   // reduction at least four pipeline stages (one for a two-CTA tile; stage_ok below); with none, the one
   // with the most stages. A deep stage that a short reduction fills once or twice leaves the pipeline

@@ -1,7 +1,9 @@
 // The engine's built-in tactic heuristic (src/engine/tactic_choice.cpp) on hand-made descriptors: the
 // token width of the lowest expected cost (expected_token_tile_cost: the token tiles an expert's
-// Poisson-scattered rows take, times width + 67), and among tiles of that width the first whose k per stage leaves at least four pipeline stages (the deepest such stage when the problem has fewer than 512
-// work items, else the one with the most stages). The fallback family is the registry's (portable): it is chosen only when
+// Poisson-scattered rows take, times width + 67; a last wave counted whole where an op has fewer than two
+// waves of items), and among tiles of that width the first whose k per stage leaves at least four
+// pipeline stages (the deepest such stage when the problem has fewer than 512 work items, else the one
+// with the most stages). The fallback family is the registry's (portable): it is chosen only when
 // nothing else is usable.
 #include <gtest/gtest.h>
 
