@@ -45,17 +45,15 @@ Status usable(const std::string& name, const GemmProblem& p, const DeviceCaps& c
   return Status::ok();
 }
 
-}  // namespace
-
-double expected_token_tile_cost(double mean_rows, int64_t max_rows, int64_t width) {
+// E[ceil(min(r, max_rows) / width)] for r ~ Poisson(mean_rows): the token tiles an expert's rows take.
+double expected_token_tiles(double mean_rows, int64_t max_rows, int64_t width) {
   if (mean_rows <= 0.0 || width <= 0) return 0.0;
-  const double w = static_cast<double>(width) + kTokenTileOverheadColumns;
   if (mean_rows > 1e6) {  // the sum below would take millions of terms: rows / width + 1/2 tiles
     const double rows = max_rows > 0 ? std::min(mean_rows, static_cast<double>(max_rows)) : mean_rows;
-    return (rows / static_cast<double>(width) + 0.5) * w;
+    return rows / static_cast<double>(width) + 0.5;
   }
-  // E[ceil(min(r, max_rows) / width)] for r ~ Poisson(mean_rows), summed over r within 12 standard
-  // deviations of the mean (the probabilities from their logarithms: exp(-mean) underflows past 745).
+  // Summed over r within 12 standard deviations of the mean (the probabilities from their logarithms:
+  // exp(-mean) underflows past 745).
   const double sd = std::sqrt(mean_rows);
   const int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(mean_rows - 12.0 * sd - 30.0));
   const int64_t hi = static_cast<int64_t>(mean_rows + 12.0 * sd + 30.0);
@@ -67,7 +65,13 @@ double expected_token_tile_cost(double mean_rows, int64_t max_rows, int64_t widt
     const double pr = std::exp(static_cast<double>(r) * log_mean - mean_rows - std::lgamma(static_cast<double>(r) + 1.0));
     tiles += pr * static_cast<double>((rows + width - 1) / width);
   }
-  return tiles * w;
+  return tiles;
+}
+
+}  // namespace
+
+double expected_token_tile_cost(double mean_rows, int64_t max_rows, int64_t width) {
+  return expected_token_tiles(mean_rows, max_rows, width) * (static_cast<double>(width) + kTokenTileOverheadColumns);
 }
 
 const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_descs, const GemmProblem& p,
@@ -92,8 +96,9 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   int width = 0;
   double width_cost = 0.0;
   for (int n : widths) {
-    double c = expected_token_tile_cost(mean_rows, p.max_rows_per_expert, n);
-    if (sm_count > 0 && c > 0.0) {
+    const double tiles = expected_token_tiles(mean_rows, p.max_rows_per_expert, n);
+    double c = tiles * (static_cast<double>(n) + kTokenTileOverheadColumns);  // expected_token_tile_cost
+    if (sm_count > 0 && tiles > 0.0) {
       // An op of fewer than kFewWaves waves of work items (experts x weight-row tiles x token tiles over
       // the persistent grid's CTAs) leaves the last wave's SMs idle: count that wave whole. Mixtral's FC2
       // at 64 rows per expert (8 experts, 16 m-tiles): 128 n128 items fill 132 SMs once, while n64's
@@ -101,8 +106,7 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
       const TacticDesc* first = first_of_width(n);
       const double tile_m = static_cast<double>(std::max(first->tile_m, 1));
       const double mtiles = std::ceil(static_cast<double>(weight_rows(p)) / tile_m);
-      const double items = static_cast<double>(std::max<int64_t>(1, p.num_experts)) * mtiles * c /
-                           (static_cast<double>(n) + kTokenTileOverheadColumns);
+      const double items = static_cast<double>(std::max<int64_t>(1, p.num_experts)) * mtiles * tiles;
       const double waves = items / (static_cast<double>(sm_count) * std::max(first->ctas_per_sm, 1));
       constexpr double kFewWaves = 2.0;
       if (waves > 0.0 && waves < kFewWaves) c *= std::ceil(waves) / waves;
