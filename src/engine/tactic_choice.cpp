@@ -68,10 +68,15 @@ double expected_token_tiles(double mean_rows, int64_t max_rows, int64_t width) {
   return tiles;
 }
 
+// The cost of `tiles` token tiles of `width` columns (expected_token_tile_cost's model).
+double token_tiles_cost(double tiles, int64_t width) {
+  return tiles * (static_cast<double>(width) + kTokenTileOverheadColumns);
+}
+
 }  // namespace
 
 double expected_token_tile_cost(double mean_rows, int64_t max_rows, int64_t width) {
-  return expected_token_tiles(mean_rows, max_rows, width) * (static_cast<double>(width) + kTokenTileOverheadColumns);
+  return token_tiles_cost(expected_token_tiles(mean_rows, max_rows, width), width);
 }
 
 const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_descs, const GemmProblem& p,
@@ -97,7 +102,7 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   double width_cost = 0.0;
   for (int n : widths) {
     const double tiles = expected_token_tiles(mean_rows, p.max_rows_per_expert, n);
-    double c = tiles * (static_cast<double>(n) + kTokenTileOverheadColumns);  // expected_token_tile_cost
+    double c = token_tiles_cost(tiles, n);  // = expected_token_tile_cost(mean_rows, max_rows, n)
     if (sm_count > 0 && tiles > 0.0) {
       // An op of fewer than kFewWaves waves of work items (experts x weight-row tiles x token tiles over
       // the persistent grid's CTAs) leaves the last wave's SMs idle: count that wave whole. Mixtral's FC2
