@@ -13,6 +13,16 @@
 //   consumer    the four-consumer tile's consumer loop as built (consume_pipelined, sm90_consumer.cuh;
 //               FP4MOE_SM90_SPLIT_ACCUMULATORS picks its accumulator sets) with a producer thread that
 //               only arrives on the full barriers, so every stage is ready at once.
+//   e4m3 loop   the same stages and barriers, consumed the way an e4m3 path would (sm90 step 48; not a
+//               tactic, no kernel of the library does this): with one token per expert, B's eight columns
+//               are the four k16 blocks of a k64 chunk times the (hi, lo) e4m3 halves of the token's
+//               activations, so a chunk is two m64n8k32 e4m3 wgmmas into a fresh accumulator, and the
+//               block scales are four FFMAs a chunk once that accumulator has retired. The codes are read
+//               as if packed byte-wise for it (5 integer operations a word of 8; the kSm90Interleaved
+//               layout would need 14); one or two chunks per commit group, two A buffers, the group's
+//               accumulators read after wait_group 0 (ptxas serialises every wgmma when an accumulator is
+//               read after wait_group 1), the next group decoded before that wait.
+//   e4m3 wgmma  that loop's m64n8k32 e4m3 wgmmas alone (A constant, one accumulator, 4 warpgroups).
 // Usage: sm90_consumer_probe [--stages N]  (sm_90 GPUs only; exits 77 elsewhere)
 #include <cuda_runtime.h>
 
@@ -113,39 +123,53 @@ __global__ void __launch_bounds__(512, 1) mma_sync_kernel(int stages, float* out
   if (threadIdx.x % 128 == 0) clocks[blockIdx.x * 4 + threadIdx.x / 128] = c1 - c0;
 }
 
-// ---- the consumer loop of the four-consumer tile, every stage ready at once ------------------------
-// Warpgroup 0's thread 0 plays the weight producer without copying: it waits for a stage to be empty
-// and arrives on its full barrier. Warpgroups 1-4 run consume_pipelined over items of `item_stages`.
-__global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, int item_stages, float* out,
-                                                                    long long* clocks) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+// The consumer cases' stage ring: the 1024-aligned base of the dynamic shared memory (still a shared-memory
+// pointer, so the consumers' loads are LDS as in the kernel), filled with arbitrary codes, and its full and
+// empty barriers initialised.
+__device__ uint8_t* init_stage_ring(uint8_t* smem_raw) {
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023u)) & 1023u);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
-  uint64_t* empty = full + Cfg::kStages;
   fill_smem(smem, Cfg::kBarrierOffset);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 128 * Cfg::kConsumers);
+      mbar_init(&full[Cfg::kStages + s], 128 * Cfg::kConsumers);
     }
     fence_barrier_init();
   }
   __syncthreads();
+  return smem;
+}
+
+// Warpgroup 0's thread 0 plays the weight producer without copying: it waits for a stage to be empty and
+// arrives on its full barrier, `stages` times.
+__device__ void fake_weight_producer(uint64_t* full, uint64_t* empty, int stages) {
+  if (threadIdx.x != 0) return;
+  int s = 0;
+  uint32_t phase = 0;
+  for (int i = 0; i < stages; ++i) {
+    mbar_wait(&empty[s], phase ^ 1u);
+    mbar_arrive(&full[s]);
+    if (++s == Cfg::kStages) {
+      s = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
+// ---- the consumer loop of the four-consumer tile, every stage ready at once ------------------------
+// Warpgroup 0 plays the weight producer (fake_weight_producer); warpgroups 1-4 run consume_pipelined over
+// items of `item_stages`.
+__global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, int item_stages, float* out,
+                                                                    long long* clocks) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = init_stage_ring(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+  uint64_t* empty = full + Cfg::kStages;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     setmaxnreg_dec<Cfg::Regs::kProducer>();
-    if (threadIdx.x == 0) {
-      int s = 0;
-      uint32_t phase = 0;
-      for (int i = 0; i < items * item_stages; ++i) {
-        mbar_wait(&empty[s], phase ^ 1u);
-        mbar_arrive(&full[s]);
-        if (++s == Cfg::kStages) {
-          s = 0;
-          phase ^= 1u;
-        }
-      }
-    }
+    fake_weight_producer(full, empty, items * item_stages);
     return;
   }
   setmaxnreg_inc<Cfg::Regs::kConsumer>();
@@ -163,6 +187,151 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, i
   const long long c1 = clock64();
   out[blockIdx.x * blockDim.x + threadIdx.x] = total;
   if (tid == 0) clocks[blockIdx.x * 4 + wg - 1] = c1 - c0;
+}
+
+// ---- the e4m3 loop (see the header) -----------------------------------------------------------------
+// scale_d = 0 starts a fresh accumulator. It comes from a register: with a constant 0, ptxas drops the
+// accumulator's input and may give D the A fragment's registers, which serialises every wgmma.
+__device__ __forceinline__ void wgmma_e4m3_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+// A word of 8 codes packed byte-wise -> two registers of four e4m3 (sign bit 7, e1 e0 m at bits 4..2 of each
+// byte: the e4m3 value is the e2m1 value times 2^-6, subnormals included).
+__device__ __forceinline__ void decode_e4m3_word(uint32_t w, uint32_t& r0, uint32_t& r1) {
+  r0 = w & 0x9C9C9C9Cu;
+  r1 = and_or(w << 2, 0x8C8C8C8Cu, (w >> 2) & 0x10101010u);
+}
+// The E5M3u scale byte (sm90_layout.h) -> (scale * 2^107) as fp32.
+__device__ __forceinline__ float scale_f32(uint32_t shifted) { return __uint_as_float(and_or(shifted, 0x0FF00000u, 0x70000000u)); }
+
+// kG chunks per commit group (1 or 2; four would need 64 A registers and spill): the group's chunks go to
+// kG accumulators, read after wait_group 0 once the next group's chunks are decoded.
+template <int kG>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) e4m3_consumer_kernel(int items, int item_stages, float* out,
+                                                                         long long* clocks, int zero) {
+  static_assert(kG == 1 || kG == 2, "one or two chunks per commit group");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = init_stage_ring(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+  uint64_t* empty = full + Cfg::kStages;
+  const int wg = threadIdx.x / 128;
+  const int nstages = items * item_stages;
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::Regs::kProducer>();
+    fake_weight_producer(full, empty, nstages);
+    return;
+  }
+  setmaxnreg_inc<Cfg::Regs::kConsumer>();
+  const int tid = threadIdx.x % 128, tile = wg - 1;
+  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2), q = tid & 3;
+  float acc[kG][4] = {};  // read after wait_group 0, before the next group's wgmmas
+  uint32_t a[2][kG][2][4];
+  float sc[2][kG][2] = {};
+  float f0 = 0.f, f1 = 0.f, total = 0.f;
+  int stage = 0, release = 0;
+  uint32_t phase = 0;
+  const long long c0 = clock64();
+  for (int st = 0; st < nstages; ++st) {
+    mbar_wait(&full[stage], phase);
+    fence_proxy_async_smem();
+    const uint8_t* sp = smem + stage * Cfg::kStageBytes;
+    const uint64_t desc0 = make_desc_sw128(smem_addr(sp));
+    const uint8_t* wt = sp + Cfg::kTokenBytes + tile * Cfg::kWeightTileBytes;
+#pragma unroll
+    for (int grp = 0; grp < 4 / kG; ++grp) {
+      const int b = grp & 1;
+      // the group's A fragments and scales, while the previous group's wgmmas run
+#pragma unroll
+      for (int c = 0; c < kG; ++c) {
+        const uint8_t* blk = wt + (grp * kG + c) * kPackBlockBytes;
+        const uint4 codes = *reinterpret_cast<const uint4*>(blk + 16 * tid);
+        const uint32_t h = *reinterpret_cast<const uint16_t*>(blk + kPackCodeBytes + 8 * quad + 2 * q);
+        decode_e4m3_word(codes.x, a[b][c][0][0], a[b][c][0][1]);
+        decode_e4m3_word(codes.y, a[b][c][0][2], a[b][c][0][3]);
+        decode_e4m3_word(codes.z, a[b][c][1][0], a[b][c][1][1]);
+        decode_e4m3_word(codes.w, a[b][c][1][2], a[b][c][1][3]);
+        sc[b][c][0] = scale_f32(h << 20);
+        sc[b][c][1] = scale_f32(h << 12);
+      }
+      wgmma_wait<0>();  // the previous group has retired: its accumulators, then its A buffer, are free
+#pragma unroll
+      for (int c = 0; c < kG; ++c) {  // (before the first group: zeros)
+        f0 = fmaf(sc[b ^ 1][c][0], acc[c][0], f0);
+        f0 = fmaf(sc[b ^ 1][c][0], acc[c][1], f0);
+        f1 = fmaf(sc[b ^ 1][c][1], acc[c][2], f1);
+        f1 = fmaf(sc[b ^ 1][c][1], acc[c][3], f1);
+      }
+      if (grp == 0 && st > 0) {  // the previous stage's last group retired
+        release_stage(&empty[release]);
+        if (++release == Cfg::kStages) release = 0;
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int c = 0; c < kG; ++c) {
+        const int kb = grp * kG + c;
+        const uint64_t dk = desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
+        wgmma_e4m3_n8(acc[c], a[b][c][0], dk, zero);
+        wgmma_e4m3_n8(acc[c], a[b][c][1], dk + 2, 1);
+      }
+      wgmma_commit();
+    }
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+    if ((st + 1) % item_stages == 0) {  // an item's end: the quad's four blocks summed
+      f0 += __shfl_xor_sync(0xffffffffu, f0, 1);
+      f0 += __shfl_xor_sync(0xffffffffu, f0, 2);
+      f1 += __shfl_xor_sync(0xffffffffu, f1, 1);
+      f1 += __shfl_xor_sync(0xffffffffu, f1, 2);
+      total += f0 + f1;
+      f0 = f1 = 0.f;
+    }
+  }
+  wgmma_wait<0>();
+  constexpr int kLast = (4 / kG - 1) & 1;
+#pragma unroll
+  for (int c = 0; c < kG; ++c)
+    total += sc[kLast][c][0] * (acc[c][0] + acc[c][1]) + sc[kLast][c][1] * (acc[c][2] + acc[c][3]);
+  release_stage(&empty[release]);
+  const long long c1 = clock64();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = total;
+  if (tid == 0) clocks[blockIdx.x * 4 + wg - 1] = c1 - c0;
+}
+
+// The e4m3 wgmmas alone: four warpgroups, each 8 m64n8k32 a stage (two a k64 chunk) on one accumulator,
+// A constant: the tensor pipe's cost of the e4m3 loop's math.
+__global__ void __launch_bounds__(512, 1) e4m3_wgmma_kernel(int stages, float* out, long long* clocks) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  fill_smem(smem, 4096);
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  float acc[4] = {};
+  uint32_t a[2][4];
+  for (int i = 0; i < 2; ++i)
+    for (int r = 0; r < 4; ++r) a[i][r] = 0x38383838u ^ (threadIdx.x + i + r);
+  const uint64_t desc0 = make_desc_sw128(smem_addr(smem));
+  const long long c0 = clock64();
+  for (int st = 0; st < stages; ++st) {
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      wgmma_wait<1>();
+      wgmma_fence();
+      const uint64_t dk = desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
+      wgmma_e4m3_n8(acc, a[0], dk, 1);
+      wgmma_e4m3_n8(acc, a[1], dk + 2, 1);
+      wgmma_commit();
+    }
+  }
+  wgmma_wait<0>();
+  const long long c1 = clock64();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc[0] + acc[1] + acc[2] + acc[3];
+  if (threadIdx.x % 128 == 0) clocks[blockIdx.x * 4 + wg] = c1 - c0;
 }
 
 struct Timing {
@@ -247,6 +416,11 @@ int probe_main(int stages) {
   const int consumer_smem = Cfg::kBarrierOffset + 2 * Cfg::kStages * 8 + 1024;
   FP4MOE_CUDA_THROW(cudaFuncSetAttribute(mma_sync_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem));
   FP4MOE_CUDA_THROW(cudaFuncSetAttribute(consumer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
+  FP4MOE_CUDA_THROW(
+      cudaFuncSetAttribute(e4m3_consumer_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
+  FP4MOE_CUDA_THROW(
+      cudaFuncSetAttribute(e4m3_consumer_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
+  FP4MOE_CUDA_THROW(cudaFuncSetAttribute(e4m3_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem));
   const int item_stages = 24, items = stages / item_stages, consumer_stages = items * item_stages;
   std::printf("consumer loop built with %d accumulator set(s) for N = 8\n", accumulator_sets<Cfg::kBN>());
 
@@ -262,6 +436,15 @@ int probe_main(int stages) {
           }), 4);
     print("consumer loop", time_case(sms, consumer_stages, d_clocks, [&] {
             consumer_kernel<<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks);
+          }), 4);
+    print("e4m3 wgmma, 4 warpgroups (step 48)", time_case(sms, stages, d_clocks, [&] {
+            e4m3_wgmma_kernel<<<sms, 512, kSmallSmem>>>(stages, d_out, d_clocks);
+          }), 4);
+    print("e4m3 loop, 1 chunk a group", time_case(sms, consumer_stages, d_clocks, [&] {
+            e4m3_consumer_kernel<1><<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks, 0);
+          }), 4);
+    print("e4m3 loop, 2 chunks a group", time_case(sms, consumer_stages, d_clocks, [&] {
+            e4m3_consumer_kernel<2><<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks, 0);
           }), 4);
   }
   FP4MOE_CUDA_THROW(cudaFree(d_out));
