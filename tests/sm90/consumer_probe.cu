@@ -125,20 +125,26 @@ __global__ void __launch_bounds__(512, 1) mma_sync_kernel(int stages, float* out
 
 // The consumer cases' stage ring: the 1024-aligned base of the dynamic shared memory (still a shared-memory
 // pointer, so the consumers' loads are LDS as in the kernel), filled with arbitrary codes, and its full and
-// empty barriers initialised.
-__device__ uint8_t* init_stage_ring(uint8_t* smem_raw) {
+// empty barriers, initialised.
+struct StageRing {
+  uint8_t* smem;
+  uint64_t* full;
+  uint64_t* empty;
+};
+__device__ StageRing init_stage_ring(uint8_t* smem_raw) {
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023u)) & 1023u);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+  const StageRing ring{smem, full, full + Cfg::kStages};
   fill_smem(smem, Cfg::kBarrierOffset);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&full[Cfg::kStages + s], 128 * Cfg::kConsumers);
+      mbar_init(&ring.full[s], 1);
+      mbar_init(&ring.empty[s], 128 * Cfg::kConsumers);
     }
     fence_barrier_init();
   }
   __syncthreads();
-  return smem;
+  return ring;
 }
 
 // Warpgroup 0's thread 0 plays the weight producer without copying: it waits for a stage to be empty and
@@ -163,9 +169,10 @@ __device__ void fake_weight_producer(uint64_t* full, uint64_t* empty, int stages
 __global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, int item_stages, float* out,
                                                                     long long* clocks) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = init_stage_ring(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
-  uint64_t* empty = full + Cfg::kStages;
+  const StageRing ring = init_stage_ring(smem_raw);
+  uint8_t* smem = ring.smem;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     setmaxnreg_dec<Cfg::Regs::kProducer>();
@@ -200,6 +207,11 @@ __device__ __forceinline__ void wgmma_e4m3_n8(float (&d)[4], const uint32_t (&a)
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
+// The B descriptor of k64 chunk kb (0..3) of a k256 stage whose token tile starts at desc0, e4m3: 128 bytes
+// of k per 1 KB sub-tile row, so chunk kb is sub-tile kb / 2 at byte 64 (kb % 2) of its rows.
+__device__ __forceinline__ uint64_t e4m3_chunk_desc(uint64_t desc0, int kb) {
+  return desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
+}
 // A word of 8 codes packed byte-wise -> two registers of four e4m3 (sign bit 7, e1 e0 m at bits 4..2 of each
 // byte: the e4m3 value is the e2m1 value times 2^-6, subnormals included).
 __device__ __forceinline__ void decode_e4m3_word(uint32_t w, uint32_t& r0, uint32_t& r1) {
@@ -216,9 +228,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) e4m3_consumer_kernel(int ite
                                                                          long long* clocks, int zero) {
   static_assert(kG == 1 || kG == 2, "one or two chunks per commit group");
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = init_stage_ring(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
-  uint64_t* empty = full + Cfg::kStages;
+  const StageRing ring = init_stage_ring(smem_raw);
+  uint8_t* smem = ring.smem;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
   const int wg = threadIdx.x / 128;
   const int nstages = items * item_stages;
   if (wg == 0) {
@@ -274,7 +287,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) e4m3_consumer_kernel(int ite
 #pragma unroll
       for (int c = 0; c < kG; ++c) {
         const int kb = grp * kG + c;
-        const uint64_t dk = desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
+        const uint64_t dk = e4m3_chunk_desc(desc0, kb);
         wgmma_e4m3_n8(acc[c], a[b][c][0], dk, zero);
         wgmma_e4m3_n8(acc[c], a[b][c][1], dk + 2, 1);
       }
@@ -322,7 +335,7 @@ __global__ void __launch_bounds__(512, 1) e4m3_wgmma_kernel(int stages, float* o
     for (int kb = 0; kb < 4; ++kb) {
       wgmma_wait<1>();
       wgmma_fence();
-      const uint64_t dk = desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
+      const uint64_t dk = e4m3_chunk_desc(desc0, kb);
       wgmma_e4m3_n8(acc, a[0], dk, 1);
       wgmma_e4m3_n8(acc, a[1], dk + 2, 1);
       wgmma_commit();
