@@ -122,6 +122,9 @@ if want sanitize; then
   # sm90 step 24: clean since every consumer thread releases the stages it read)
   sanitize "racecheck (sm90 tactics)" sanitize_racecheck_sm90.log racecheck "$stage/tests/sm90_tactics_test" \
     --gtest_filter='*EveryTactic*:*Chained*'
+  # the e4m3 path's numerics (its token split writes shared memory that its wgmmas read)
+  sanitize "memcheck (sm90 e4m3)" sanitize_memcheck_e4m3.log memcheck "$stage/tests/sm90_e4m3_test"
+  sanitize "racecheck (sm90 e4m3)" sanitize_racecheck_e4m3.log racecheck "$stage/tests/sm90_e4m3_test"
 else
   note "compute-sanitizer: not run (STEPS=${STEPS:-})"
 fi

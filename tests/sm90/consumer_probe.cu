@@ -34,6 +34,7 @@
 
 #include "engine/cuda_check.h"
 #include "kernels/sm90_wgmma/sm90_consumer.cuh"
+#include "kernels/sm90_wgmma/sm90_e4m3.cuh"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_wgmma_ops.cuh"
 #include "kernels/sm90_wgmma/tile_config.h"
@@ -197,26 +198,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, i
 }
 
 // ---- the e4m3 loop (see the header) -----------------------------------------------------------------
-// scale_d = 0 starts a fresh accumulator. It comes from a register: with a constant 0, ptxas drops the
-// accumulator's input and may give D the A fragment's registers, which serialises every wgmma.
-__device__ __forceinline__ void wgmma_e4m3_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-}
+// The wgmma (wgmma_e4m3_m64n8k32) and the word decode (decode_e4m3_word) are the e4m3 path's own
+// (sm90_e4m3.cuh / sm90_e4m3.h).
+
 // The B descriptor of k64 chunk kb (0..3) of a k256 stage whose token tile starts at desc0, e4m3: 128 bytes
 // of k per 1 KB sub-tile row, so chunk kb is sub-tile kb / 2 at byte 64 (kb % 2) of its rows.
 __device__ __forceinline__ uint64_t e4m3_chunk_desc(uint64_t desc0, int kb) {
   return desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
-}
-// A word of 8 codes packed byte-wise -> two registers of four e4m3 (sign bit 7, e1 e0 m at bits 4..2 of each
-// byte: the e4m3 value is the e2m1 value times 2^-6, subnormals included).
-__device__ __forceinline__ void decode_e4m3_word(uint32_t w, uint32_t& r0, uint32_t& r1) {
-  r0 = w & 0x9C9C9C9Cu;
-  r1 = and_or(w << 2, 0x8C8C8C8Cu, (w >> 2) & 0x10101010u);
 }
 // The E5M3u scale byte (sm90_layout.h) -> (scale * 2^107) as fp32.
 __device__ __forceinline__ float scale_f32(uint32_t shifted) { return __uint_as_float(and_or(shifted, 0x0FF00000u, 0x70000000u)); }
@@ -288,8 +276,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) e4m3_consumer_kernel(int ite
       for (int c = 0; c < kG; ++c) {
         const int kb = grp * kG + c;
         const uint64_t dk = e4m3_chunk_desc(desc0, kb);
-        wgmma_e4m3_n8(acc[c], a[b][c][0], dk, zero);
-        wgmma_e4m3_n8(acc[c], a[b][c][1], dk + 2, 1);
+        wgmma_e4m3_m64n8k32(acc[c], a[b][c][0], dk, zero);
+        wgmma_e4m3_m64n8k32(acc[c], a[b][c][1], dk + 2, 1);
       }
       wgmma_commit();
     }
@@ -336,8 +324,8 @@ __global__ void __launch_bounds__(512, 1) e4m3_wgmma_kernel(int stages, float* o
       wgmma_wait<1>();
       wgmma_fence();
       const uint64_t dk = e4m3_chunk_desc(desc0, kb);
-      wgmma_e4m3_n8(acc, a[0], dk, 1);
-      wgmma_e4m3_n8(acc, a[1], dk + 2, 1);
+      wgmma_e4m3_m64n8k32(acc, a[0], dk, 1);
+      wgmma_e4m3_m64n8k32(acc, a[1], dk + 2, 1);
       wgmma_commit();
     }
   }

@@ -46,6 +46,12 @@ std::vector<uint8_t> pack_cpu(const GemmProblem& p, const void* canonical);
 // (expert e, canonical row r, column k) read back from a packed buffer.
 float packed_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k);
 
+// The kSm90E4m3 layout (sm90_e4m3.h) on the CPU: one block, the whole buffer (same geometry and size as
+// kSm90Interleaved), and the inverse view with the e4m3 path's arithmetic (e4m3(code) * 2^6 * scale).
+void pack_e4m3_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst);
+std::vector<uint8_t> pack_e4m3_cpu(const GemmProblem& p, const void* canonical);
+float packed_e4m3_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k);
+
 #ifdef FP4MOE_HAVE_CUDA
 size_t packed_bytes(const GemmProblem& p);
 Status pack_device(const GemmProblem& p, const void* canonical, void* dst, Stream stream);

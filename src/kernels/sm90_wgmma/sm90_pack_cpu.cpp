@@ -4,6 +4,10 @@
 
 #include "kernels/sm90_wgmma/sm90_pack.h"
 
+#include <cmath>
+
+#include "kernels/sm90_wgmma/sm90_e4m3.h"
+
 namespace fp4moe {
 namespace sm90 {
 
@@ -37,19 +41,69 @@ std::vector<uint8_t> pack_cpu(const GemmProblem& p, const void* canonical) {
   return out;
 }
 
-float packed_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
-  // Find the tile and packed row that hold canonical row r.
-  int64_t t = 0;
-  int p = 0;
+namespace {
+// Tile and packed row of canonical row r (the inverse of packed_row_source).
+void packed_row_of(const PackGeometry& g, int64_t r, int64_t* t, int* p) {
   if (g.fc1) {
     const int64_t j = r < g.n ? r : r - g.n;
-    t = j / 32;
+    *t = j / 32;
     const int64_t jj = j % 32;
-    p = static_cast<int>(16 * (jj / 8) + (jj % 8) + (r < g.n ? 0 : 8));
+    *p = static_cast<int>(16 * (jj / 8) + (jj % 8) + (r < g.n ? 0 : 8));
   } else {
-    t = r / 64;
-    p = static_cast<int>(r % 64);
+    *t = r / 64;
+    *p = static_cast<int>(r % 64);
   }
+}
+}  // namespace
+
+void pack_e4m3_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst) {
+  std::memset(dst, 0, kPackBlockBytes);
+  for (int p = 0; p < kPackRows; ++p) {
+    const int64_t r = packed_row_source(g.fc1, g.n, t, p);
+    if (r < 0) continue;
+    for (int kk = 0; kk < kPackK; ++kk) {
+      const int64_t k = c * kPackK + kk;
+      if (k >= g.k) break;
+      const uint8_t sc = src.scale(e, r, k);
+      const E4m3CodeSite site = e4m3_code_site(p, kk);
+      dst[site.byte_offset] = e4m3_place_code(dst[site.byte_offset], site.part, effective_code(src.code(e, r, k), sc));
+      if (kk % 16 == 0) dst[e4m3_scale_site(p, kk / 16)] = e4m3_to_e5m3u(sc);
+    }
+  }
+}
+
+std::vector<uint8_t> pack_e4m3_cpu(const GemmProblem& p, const void* canonical) {
+  const PackGeometry g = pack_geometry(p);
+  const CanonicalView src = canonical_view(g, canonical);
+  std::vector<uint8_t> out(static_cast<size_t>(g.bytes()));
+  for (int64_t e = 0; e < g.experts; ++e)
+    for (int64_t t = 0; t < g.tiles; ++t)
+      for (int64_t c = 0; c < g.kchunks; ++c)
+        pack_e4m3_block_cpu(g, src, e, t, c, out.data() + g.block_index(e, t, c) * kPackBlockBytes);
+  return out;
+}
+
+float packed_e4m3_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
+  int64_t t = 0;
+  int p = 0;
+  packed_row_of(g, r, &t, &p);
+  const uint8_t* block = packed + g.block_index(e, t, k / kPackK) * kPackBlockBytes;
+  const int kk = static_cast<int>(k % kPackK);
+  const E4m3CodeSite site = e4m3_code_site(p, kk);
+  // The kernel's decode of the code's word, then the byte as e4m3 (e2m1 * 2^-6).
+  uint32_t word;
+  std::memcpy(&word, block + (site.byte_offset & ~3), 4);
+  uint32_t r0, r1;
+  decode_e4m3_word(word, r0, r1);
+  const uint8_t byte = static_cast<uint8_t>(((site.part ? r1 : r0) >> (8 * (site.byte_offset & 3))) & 0xFFu);
+  const double scale = std::ldexp(static_cast<double>(bf16_bits_to_f32(e5m3u_to_bf16_bits(block[e4m3_scale_site(p, kk / 16)]))), -107);
+  return static_cast<float>(std::ldexp(static_cast<double>(e4m3_decode(byte)), 6) * scale);
+}
+
+float packed_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
+  int64_t t = 0;
+  int p = 0;
+  packed_row_of(g, r, &t, &p);
   const uint8_t* block = packed + g.block_index(e, t, k / kPackK) * kPackBlockBytes;
   const int kk = static_cast<int>(k % kPackK);
   const CodeSite site = code_site(p, kk);

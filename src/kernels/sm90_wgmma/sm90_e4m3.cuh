@@ -1,0 +1,102 @@
+// Device side of the e4m3 path (formats: sm90_e4m3.h): one token's activations split into an e4m3 token
+// tile, and one packed k64 chunk of a 64-row tile multiplied with it on two m64n8k32 e4m3 wgmmas. Checked
+// against the CPU reference by sm90_e4m3_test; no tactic uses them yet.
+#pragma once
+#include <cstdint>
+
+#include "kernels/sm90_wgmma/sm90_e4m3.h"
+#include "kernels/sm90_wgmma/sm90_ptx.cuh"
+
+namespace fp4moe {
+namespace sm90 {
+
+// (a, b) -> e4m3 bytes, a in the high byte, b in the low one; round to nearest even, saturating.
+__device__ __forceinline__ uint32_t cvt_e4m3x2(float a, float b) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(a), "f"(b));
+  return r;
+}
+// e4m3 byte -> fp32 (exact: every e4m3 value is an f16 value).
+__device__ __forceinline__ float e4m3_to_f32(uint32_t byte) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<uint16_t>(byte & 0xFFu)));
+  float f;
+  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %1;\ncvt.f32.f16 %0, l;\n}\n" : "=f"(f) : "r"(h2));
+  return f;
+}
+
+// One 16-byte unit of an e4m3 token tile: half p (0 hi, 1 lo) of a k16 block whose 16 bf16 activations
+// are x[0..1] (8 each, element 0 in the low half of x[0].x). Returns the unit and the block exponent E.
+__device__ __forceinline__ uint4 e4m3_split_unit(const uint4 (&x)[2], int p, int& e) {
+  float v[16];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t w[4] = {x[h].x, x[h].y, x[h].z, x[h].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[8 * h + 2 * i] = __uint_as_float(w[i] << 16);
+      v[8 * h + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  }
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(v[i]));
+  e = e4m3_block_exponent(m);
+  const float inv = e4m3_pow2(-e);
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; b += 2) {
+      const float x0 = v[4 * i + b] * inv, x1 = v[4 * i + b + 1] * inv;
+      uint32_t pair = cvt_e4m3x2(x1, x0);  // byte 0: element b, byte 1: element b + 1
+      if (p == 1) pair = cvt_e4m3x2(x1 - e4m3_to_f32(pair >> 8), x0 - e4m3_to_f32(pair));
+      word |= pair << (8 * b);
+    }
+    out[i] = word;
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// m64n8k32 e4m3 x e4m3 -> f32, A in registers, B from shared memory. scale_d = 0 starts a fresh
+// accumulator; it must come from a register (a constant 0 lets ptxas give D the A fragment's registers,
+// which serialises the wgmmas: docs/perf.md, sm90 step 48).
+__device__ __forceinline__ void wgmma_e4m3_m64n8k32(float (&d)[4], const uint32_t* a, uint64_t desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+
+// A fragments of one packed k64 chunk (kSm90E4m3 block at `block`) for thread tid of the warpgroup:
+// a[0..3] the first k32 wgmma's, a[4..7] the second's.
+__device__ __forceinline__ void e4m3_decode_chunk(const uint8_t* block, int tid, uint32_t (&a)[8]) {
+  const uint4 c = *reinterpret_cast<const uint4*>(block + 16 * tid);
+  decode_e4m3_word(c.x, a[0], a[1]);
+  decode_e4m3_word(c.y, a[2], a[3]);
+  decode_e4m3_word(c.z, a[4], a[5]);
+  decode_e4m3_word(c.w, a[6], a[7]);
+}
+// The chunk's two wgmmas into d (fresh when zero == 0); desc: the chunk's first k32 in the token tile
+// (sub-tile kb/2, + 64 (kb % 2) bytes).
+__device__ __forceinline__ void e4m3_issue_chunk(const uint32_t (&a)[8], uint64_t desc, int zero, float (&d)[4]) {
+  wgmma_e4m3_m64n8k32(d, a, desc, zero);
+  wgmma_e4m3_m64n8k32(d, a + 4, desc + 2, 1);
+}
+// After the chunk's wgmmas retired: rows R0 and R1 of block q (q = tid % 4) scaled into f0 and f1.
+// u: the quad's scale half-word for block q (2048 + 8 * quad + 2q); e: block q's activation exponent.
+__device__ __forceinline__ void e4m3_accumulate(const float (&d)[4], uint32_t u, int e, float& f0, float& f1) {
+  f0 = fmaf(__uint_as_float(e4m3_block_factor_bits(u & 0xFFu, e)), d[0] + d[1], f0);
+  f1 = fmaf(__uint_as_float(e4m3_block_factor_bits(u >> 8, e)), d[2] + d[3], f1);
+}
+// The quad's sum of its four blocks (every lane of the quad gets it).
+__device__ __forceinline__ float quad_sum(float f) {
+  f += __shfl_xor_sync(0xffffffffu, f, 1);
+  return f + __shfl_xor_sync(0xffffffffu, f, 2);
+}
+
+}  // namespace sm90
+}  // namespace fp4moe
