@@ -55,6 +55,7 @@ float packed_e4m3_weight_unscaled(const PackGeometry& g, const uint8_t* packed, 
 #ifdef FP4MOE_HAVE_CUDA
 size_t packed_bytes(const GemmProblem& p);
 Status pack_device(const GemmProblem& p, const void* canonical, void* dst, Stream stream);
+Status pack_e4m3_device(const GemmProblem& p, const void* canonical, void* dst, Stream stream);  // kSm90E4m3
 #endif
 
 }  // namespace sm90
