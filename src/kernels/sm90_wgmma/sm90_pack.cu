@@ -15,11 +15,21 @@ namespace sm90 {
 
 namespace {
 
-__global__ void pack_kernel(PackGeometry g, CanonicalView src, uint8_t* __restrict__ dst) {
+// This CTA's block (expert e, tile t, chunk c), its output, and thread T's warp w, quad g8 and lane q.
+struct BlockThread {
+  int64_t e, t, c;
+  uint8_t* out;
+  int T, w, g8, q;
+};
+__device__ __forceinline__ BlockThread block_thread(const PackGeometry& g, uint8_t* dst) {
   const int64_t block = blockIdx.x;
-  const int64_t c = block % g.kchunks, t = (block / g.kchunks) % g.tiles, e = block / (g.kchunks * g.tiles);
-  uint8_t* out = dst + block * kPackBlockBytes;
-  const int T = threadIdx.x, w = T / 32, g8 = (T % 32) / 4, q = T % 4;
+  const int T = threadIdx.x;
+  return {block / (g.kchunks * g.tiles), (block / g.kchunks) % g.tiles, block % g.kchunks,
+          dst + block * kPackBlockBytes, T, T / 32, (T % 32) / 4, T % 4};
+}
+
+__global__ void pack_kernel(PackGeometry g, CanonicalView src, uint8_t* __restrict__ dst) {
+  const auto [e, t, c, out, T, w, g8, q] = block_thread(g, dst);
   uint32_t words[4] = {0, 0, 0, 0};
   for (int s = 0; s < 4; ++s) {
     for (int slot = 0; slot < 4; ++slot) {
@@ -55,10 +65,7 @@ __global__ void pack_kernel(PackGeometry g, CanonicalView src, uint8_t* __restri
 // and R1 at k = 16s + 4q + i), threads 0..31 the 8 scale bytes of quad (T/8, T%8) (byte 2s + r: row R_r,
 // k16 block s).
 __global__ void pack_e4m3_kernel(PackGeometry g, CanonicalView src, uint8_t* __restrict__ dst) {
-  const int64_t block = blockIdx.x;
-  const int64_t c = block % g.kchunks, t = (block / g.kchunks) % g.tiles, e = block / (g.kchunks * g.tiles);
-  uint8_t* out = dst + block * kPackBlockBytes;
-  const int T = threadIdx.x, w = T / 32, g8 = (T % 32) / 4, q = T % 4;
+  const auto [e, t, c, out, T, w, g8, q] = block_thread(g, dst);
   uint32_t words[4] = {0, 0, 0, 0};
   for (int part = 0; part < 2; ++part) {
     const int64_t r = packed_row_source(g.fc1, g.n, t, 16 * w + g8 + 8 * part);

@@ -1,47 +1,35 @@
-// CPU description of the kSm90Interleaved pack (sm90_layout.h) and its inverse, used by the tests to
-// check the device pack byte for byte and to check that the layout round-trips to the canonical values.
+// CPU description of the kSm90Interleaved and kSm90E4m3 packs (sm90_layout.h, sm90_e4m3.h) and their
+// inverses, used by the tests to check the device packs byte for byte and to check that the layouts
+// round-trip to the canonical values.
+#include <cmath>
 #include <cstring>
 
-#include "kernels/sm90_wgmma/sm90_pack.h"
-
-#include <cmath>
-
 #include "kernels/sm90_wgmma/sm90_e4m3.h"
+#include "kernels/sm90_wgmma/sm90_pack.h"
 
 namespace fp4moe {
 namespace sm90 {
 
-void pack_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst) {
+namespace {
+// Zeroes block (e, t, c) at dst, then calls place(p, kk, code, scale) for every (packed row p, k-in-chunk
+// kk) that holds a weight: the code as the kernel must see it (effective_code) and the canonical E4M3
+// scale. Padding rows and columns stay zero.
+template <class Place>
+void fill_block(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst,
+                Place place) {
   std::memset(dst, 0, kPackBlockBytes);
   for (int p = 0; p < kPackRows; ++p) {
     const int64_t r = packed_row_source(g.fc1, g.n, t, p);
-    if (r < 0) continue;  // padding rows: zero codes, zero scales
+    if (r < 0) continue;
     for (int kk = 0; kk < kPackK; ++kk) {
       const int64_t k = c * kPackK + kk;
-      if (k >= g.k) break;  // padding columns
+      if (k >= g.k) break;
       const uint8_t sc = src.scale(e, r, k);
-      const CodeSite site = code_site(p, kk);
-      uint32_t word;
-      std::memcpy(&word, dst + site.word_offset, 4);
-      word = place_code(word, site.slot, site.half, effective_code(src.code(e, r, k), sc));
-      std::memcpy(dst + site.word_offset, &word, 4);
-      if (kk % 16 == 0) dst[scale_site(p, kk / 16)] = e4m3_to_e5m3u(sc);
+      place(p, kk, effective_code(src.code(e, r, k), sc), sc);
     }
   }
 }
 
-std::vector<uint8_t> pack_cpu(const GemmProblem& p, const void* canonical) {
-  const PackGeometry g = pack_geometry(p);
-  const CanonicalView src = canonical_view(g, canonical);
-  std::vector<uint8_t> out(static_cast<size_t>(g.bytes()));
-  for (int64_t e = 0; e < g.experts; ++e)
-    for (int64_t t = 0; t < g.tiles; ++t)
-      for (int64_t c = 0; c < g.kchunks; ++c)
-        pack_block_cpu(g, src, e, t, c, out.data() + g.block_index(e, t, c) * kPackBlockBytes);
-  return out;
-}
-
-namespace {
 // Tile and packed row of canonical row r (the inverse of packed_row_source).
 void packed_row_of(const PackGeometry& g, int64_t r, int64_t* t, int* p) {
   if (g.fc1) {
@@ -54,33 +42,42 @@ void packed_row_of(const PackGeometry& g, int64_t r, int64_t* t, int* p) {
     *p = static_cast<int>(r % 64);
   }
 }
-}  // namespace
 
-void pack_e4m3_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst) {
-  std::memset(dst, 0, kPackBlockBytes);
-  for (int p = 0; p < kPackRows; ++p) {
-    const int64_t r = packed_row_source(g.fc1, g.n, t, p);
-    if (r < 0) continue;
-    for (int kk = 0; kk < kPackK; ++kk) {
-      const int64_t k = c * kPackK + kk;
-      if (k >= g.k) break;
-      const uint8_t sc = src.scale(e, r, k);
-      const E4m3CodeSite site = e4m3_code_site(p, kk);
-      dst[site.byte_offset] = e4m3_place_code(dst[site.byte_offset], site.part, effective_code(src.code(e, r, k), sc));
-      if (kk % 16 == 0) dst[e4m3_scale_site(p, kk / 16)] = e4m3_to_e5m3u(sc);
-    }
-  }
-}
-
-std::vector<uint8_t> pack_e4m3_cpu(const GemmProblem& p, const void* canonical) {
+using BlockPacker = void (*)(const PackGeometry&, const CanonicalView&, int64_t, int64_t, int64_t, uint8_t*);
+std::vector<uint8_t> pack_all_cpu(const GemmProblem& p, const void* canonical, BlockPacker pack_block) {
   const PackGeometry g = pack_geometry(p);
   const CanonicalView src = canonical_view(g, canonical);
   std::vector<uint8_t> out(static_cast<size_t>(g.bytes()));
   for (int64_t e = 0; e < g.experts; ++e)
     for (int64_t t = 0; t < g.tiles; ++t)
-      for (int64_t c = 0; c < g.kchunks; ++c)
-        pack_e4m3_block_cpu(g, src, e, t, c, out.data() + g.block_index(e, t, c) * kPackBlockBytes);
+      for (int64_t c = 0; c < g.kchunks; ++c) pack_block(g, src, e, t, c, out.data() + g.block_index(e, t, c) * kPackBlockBytes);
   return out;
+}
+}  // namespace
+
+void pack_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst) {
+  fill_block(g, src, e, t, c, dst, [dst](int p, int kk, uint32_t code, uint8_t sc) {
+    const CodeSite site = code_site(p, kk);
+    uint32_t word;
+    std::memcpy(&word, dst + site.word_offset, 4);
+    word = place_code(word, site.slot, site.half, code);
+    std::memcpy(dst + site.word_offset, &word, 4);
+    if (kk % 16 == 0) dst[scale_site(p, kk / 16)] = e4m3_to_e5m3u(sc);
+  });
+}
+
+std::vector<uint8_t> pack_cpu(const GemmProblem& p, const void* canonical) { return pack_all_cpu(p, canonical, &pack_block_cpu); }
+
+void pack_e4m3_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_t e, int64_t t, int64_t c, uint8_t* dst) {
+  fill_block(g, src, e, t, c, dst, [dst](int p, int kk, uint32_t code, uint8_t sc) {
+    const E4m3CodeSite site = e4m3_code_site(p, kk);
+    dst[site.byte_offset] = e4m3_place_code(dst[site.byte_offset], site.part, code);
+    if (kk % 16 == 0) dst[e4m3_scale_site(p, kk / 16)] = e4m3_to_e5m3u(sc);
+  });
+}
+
+std::vector<uint8_t> pack_e4m3_cpu(const GemmProblem& p, const void* canonical) {
+  return pack_all_cpu(p, canonical, &pack_e4m3_block_cpu);
 }
 
 float packed_e4m3_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
