@@ -170,10 +170,7 @@ __device__ void fake_weight_producer(uint64_t* full, uint64_t* empty, int stages
 __global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, int item_stages, float* out,
                                                                     long long* clocks) {
   extern __shared__ uint8_t smem_raw[];
-  const StageRing ring = init_stage_ring(smem_raw);
-  uint8_t* smem = ring.smem;
-  uint64_t* full = ring.full;
-  uint64_t* empty = ring.empty;
+  const auto [smem, full, empty] = init_stage_ring(smem_raw);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     setmaxnreg_dec<Cfg::Regs::kProducer>();
@@ -216,10 +213,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) e4m3_consumer_kernel(int ite
                                                                          long long* clocks, int zero) {
   static_assert(kG == 1 || kG == 2, "one or two chunks per commit group");
   extern __shared__ uint8_t smem_raw[];
-  const StageRing ring = init_stage_ring(smem_raw);
-  uint8_t* smem = ring.smem;
-  uint64_t* full = ring.full;
-  uint64_t* empty = ring.empty;
+  const auto [smem, full, empty] = init_stage_ring(smem_raw);
   const int wg = threadIdx.x / 128;
   const int nstages = items * item_stages;
   if (wg == 0) {

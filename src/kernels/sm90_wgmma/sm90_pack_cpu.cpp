@@ -30,17 +30,25 @@ void fill_block(const PackGeometry& g, const CanonicalView& src, int64_t e, int6
   }
 }
 
-// Tile and packed row of canonical row r (the inverse of packed_row_source).
-void packed_row_of(const PackGeometry& g, int64_t r, int64_t* t, int* p) {
+// Where (expert e, canonical row r, column k) sits in a packed buffer: its block, packed row p (the
+// inverse of packed_row_source) and k-in-chunk kk. Both layouts share it.
+struct PackedSite {
+  const uint8_t* block;
+  int p, kk;
+};
+PackedSite packed_site(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
+  int64_t t = 0;
+  int p = 0;
   if (g.fc1) {
     const int64_t j = r < g.n ? r : r - g.n;
-    *t = j / 32;
+    t = j / 32;
     const int64_t jj = j % 32;
-    *p = static_cast<int>(16 * (jj / 8) + (jj % 8) + (r < g.n ? 0 : 8));
+    p = static_cast<int>(16 * (jj / 8) + (jj % 8) + (r < g.n ? 0 : 8));
   } else {
-    *t = r / 64;
-    *p = static_cast<int>(r % 64);
+    t = r / 64;
+    p = static_cast<int>(r % 64);
   }
+  return {packed + g.block_index(e, t, k / kPackK) * kPackBlockBytes, p, static_cast<int>(k % kPackK)};
 }
 
 using BlockPacker = void (*)(const PackGeometry&, const CanonicalView&, int64_t, int64_t, int64_t, uint8_t*);
@@ -81,11 +89,7 @@ std::vector<uint8_t> pack_e4m3_cpu(const GemmProblem& p, const void* canonical) 
 }
 
 float packed_e4m3_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
-  int64_t t = 0;
-  int p = 0;
-  packed_row_of(g, r, &t, &p);
-  const uint8_t* block = packed + g.block_index(e, t, k / kPackK) * kPackBlockBytes;
-  const int kk = static_cast<int>(k % kPackK);
+  const auto [block, p, kk] = packed_site(g, packed, e, r, k);
   const E4m3CodeSite site = e4m3_code_site(p, kk);
   // The kernel's decode of the code's word, then the byte as e4m3 (e2m1 * 2^-6).
   uint32_t word;
@@ -98,11 +102,7 @@ float packed_e4m3_weight_unscaled(const PackGeometry& g, const uint8_t* packed, 
 }
 
 float packed_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k) {
-  int64_t t = 0;
-  int p = 0;
-  packed_row_of(g, r, &t, &p);
-  const uint8_t* block = packed + g.block_index(e, t, k / kPackK) * kPackBlockBytes;
-  const int kk = static_cast<int>(k % kPackK);
+  const auto [block, p, kk] = packed_site(g, packed, e, r, k);
   const CodeSite site = code_site(p, kk);
   uint32_t word;
   std::memcpy(&word, block + site.word_offset, 4);
