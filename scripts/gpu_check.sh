@@ -9,7 +9,8 @@
 # a short summary is printed last (and written to OUTDIR/summary.txt). Exit status: 0 when every step
 # passed.
 #   usage: scripts/gpu_check.sh OUTDIR   (BENCH_TOKENS=1,8,... and BENCH_ITERS=N override the bench,
-#   BENCH_TP=N / BENCH_EP=N the tensor- / expert-parallel shard also benchmarked (default 8, 0: none);
+#   BENCH_TP=N / BENCH_EP=N the tensor- / expert-parallel shard also benchmarked (default 8, 0: none),
+#   BENCH_ARGS="..." extra options for every `fp4moe bench` of the check (e.g. --extra-layouts);
 #   TEST_TIMEOUT / SANITIZER_TIMEOUT / BENCH_TIMEOUT, in seconds, bound each step so a hang cannot eat
 #   the run: a step that runs out of time is reported as TIMEOUT; STEPS=tests,sanitize,bench (the default: all
 #   three) runs only the steps named, e.g. STEPS=bench to re-time binaries whose tests already passed)
@@ -140,8 +141,9 @@ for fam in any portable; do
   mkdir -p "$d"
   famopt=()
   [ "$fam" = any ] || famopt=(--family "$fam")
+  # shellcheck disable=SC2086  # BENCH_ARGS: words on purpose
   timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/fp4moe" bench --tokens "$tokens" --iters "$iters" "${famopt[@]}" \
-    --dump-dir "$d" >"$out/bench_$fam.log" 2>&1
+    ${BENCH_ARGS:-} --dump-dir "$d" >"$out/bench_$fam.log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then note "fp4moe bench ($fam): done"; dirs+=(--bench-dir "$d"); else status=1; note "fp4moe bench ($fam): FAIL rc=$rc"; fi
 done
@@ -160,8 +162,9 @@ for shard in "tp ${BENCH_TP:-8}" "ep ${BENCH_EP:-8}"; do
   [ "$n" != 0 ] || continue
   d="$out/bench_$kind$n"
   mkdir -p "$d"
+  # shellcheck disable=SC2086
   timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/fp4moe" bench "--$kind" "$n" --tokens "$tokens" --iters "$iters" \
-    --dump-dir "$d" >"$out/bench_$kind$n.log" 2>&1
+    ${BENCH_ARGS:-} --dump-dir "$d" >"$out/bench_$kind$n.log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then
     note "fp4moe bench --$kind $n: done"

@@ -31,6 +31,13 @@ struct EngineOptions {
   // all-reduce) is the whole layer, up to the bf16 rounding of each partial. With ep_size > 1 the tuned
   // buckets above are ignored (they were measured on the whole layer): forced tactic, else the heuristic.
   int ep_size = 1, ep_rank = 0;
+  // A second packed copy of the weights. The sm90 e4m3 decode tile (sm90.w4e4m3.*, one token per work
+  // item) reads a layout of its own, so an engine whose buckets choose it and other sm90 tiles holds the
+  // routed and shared weights twice (the GLM-5 layer: 5.5 GB more). false: the engine chooses it only
+  // where all its buckets would (max_tokens = 1, which then holds its layout alone) or when forced by
+  // name; true: wherever the heuristic or the tuner picks it (GLM-5 and DeepSeek-V3 at T = 1, docs/perf.md
+  // sm90 step 50).
+  bool extra_weight_layouts = false;
 };
 
 // Pointers into the engine's workspace after a forward (device memory, valid until the next forward).

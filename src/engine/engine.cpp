@@ -112,11 +112,24 @@ class CudaMoeEngine final : public MoeEngine {
     // them by the experts). With expert parallelism a routed GEMM's capacity stays b * topk (every pair
     // may be local) but a rank expects b * topk / ep_size of them under uniform routing, so the choice
     // sees those and the heuristic's rows per expert equal the whole layer's.
+    // One-token tiles (tile_n 1: the sm90 e4m3 decode tile) read a packed layout of their own, so an
+    // engine whose buckets also choose other tiles of the family holds the weights twice: the heuristic
+    // and the tuner's choice take them only with EngineOptions::extra_weight_layouts or in an engine of
+    // one token (max_tokens = 1, whose buckets all choose them where any does); a forced name is obeyed.
+    // And not for a bucket of several tokens that folds a shared expert into the routed launch: one-token
+    // items stream the shared expert's weights once per token (GLM-5 T = 2 / 4: +4% against the n8 tile,
+    // docs/perf.md sm90 step 50).
+    std::vector<std::string> one_token;
+    for (const TacticDesc& d : all_tactic_descs())
+      if (d.tile_n == 1) one_token.push_back(d.name);
+    const bool one_token_layout_ok = opts_.extra_weight_layouts || opts_.max_tokens == 1;
     auto choose = [&](const DeviceGemmWeights& g, int64_t rows, int64_t expected, int64_t max_rows,
-                      const std::string& forced, const std::string& tuned) {
+                      const std::string& forced, const std::string& tuned, bool one_token_ok = true) {
       GroupedGemmTactic* t = nullptr;
       std::string note;
       TacticRequest req{forced, tuned, opts_.excluded_tactics};
+      if (forced.empty() && !(one_token_ok && one_token_layout_ok))
+        req.excluded.insert(req.excluded.end(), one_token.begin(), one_token.end());
       const GemmProblem p = sized(g.shape, expected, max_rows);
       Status st = choose_tactic(p, caps_, req, &t, &note);
       if (!st.is_ok()) throw Error(st.code(), st.message());
@@ -162,8 +175,9 @@ class CudaMoeEngine final : public MoeEngine {
       const int64_t expected = std::max<int64_t>(1, (rows + shard_.size - 1) / shard_.size);
       const std::string tuned1 = use_tuned ? tuned_for(opts_.fc1_by_bucket, b) : std::string();
       const std::string tuned2 = use_tuned ? tuned_for(opts_.fc2_by_bucket, b) : std::string();
-      bt.fc1 = choose(w_.fc1, rows, expected, b, opts_.fc1_tactic, tuned1);
-      bt.fc2 = choose(w_.fc2, rows, expected, b, opts_.fc2_tactic, tuned2);
+      const bool one_token_ok = !(fold_ok && b > 1);
+      bt.fc1 = choose(w_.fc1, rows, expected, b, opts_.fc1_tactic, tuned1, one_token_ok);
+      bt.fc2 = choose(w_.fc2, rows, expected, b, opts_.fc2_tactic, tuned2, one_token_ok);
       const bool chain_wanted =
           chain_ok && prefer_chained(sized(w_.fc1.shape, expected, b), sized(w_.fc2.shape, expected, b));
       // A chained launch runs one tactic. Where the heuristic chose two (none forced or tuned), FC1 takes

@@ -101,6 +101,7 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   int width = 0;
   double width_cost = 0.0;
   for (int n : widths) {
+    if (n == 1 && widths.size() > 1) continue;  // one token per tile: decided below
     const double tiles = expected_token_tiles(mean_rows, p.max_rows_per_expert, n);
     double c = token_tiles_cost(tiles, n);  // = expected_token_tile_cost(mean_rows, max_rows, n)
     if (sm_count > 0 && tiles > 0.0) {
@@ -121,6 +122,18 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
       width_cost = c;
     }
   }
+  // A tile of one token per item (the sm90 e4m3 tile) streams an expert's weights once per row: it
+  // replaces the width chosen above only where its plain expected cost is lower than that width's, so
+  // without the few-waves correction, whose premise (a small op's idle SMs) does not hold for a tile that
+  // multiplies the weight bytes (an unfolded shared expert at T = 8, one expert x 16 m-tiles: n8's 16
+  // items count 8x as a fraction of a wave, and the 128 one-token items, 8x the bytes, looked cheaper).
+  // And only where it leaves the reduction at least four stages: its one CTA of four consumers per SM
+  // runs short items slower than the two-CTA tiles (the TP8 shard's FC2, K = 256: +12% at T = 1, step 50).
+  if (std::find(widths.begin(), widths.end(), 1) != widths.end() &&
+      (width == 0 || (first_of_width(1)->tile_k > 0 && p.k / first_of_width(1)->tile_k >= 4 &&
+                      expected_token_tile_cost(mean_rows, p.max_rows_per_expert, 1) <
+                          expected_token_tile_cost(mean_rows, p.max_rows_per_expert, width))))
+    width = 1;
   const TacticDesc* best = first_of_width(width);
   // Among the tiles of that token width, the first in registration order whose k per stage leaves the
   // reduction at least four pipeline stages (one for a two-CTA tile; stage_ok below); with none, the one

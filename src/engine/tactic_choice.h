@@ -26,7 +26,8 @@ Status choose_tactic(const GemmProblem& problem, const DeviceCaps& caps, const T
 // fallback's when one passes; within the family pick the token tile width (tile_n) of the lowest
 // expected_token_tile_cost at the problem's mean rows per expert (total_rows / num_experts, uniform
 // routing; with sm_count > 0, an op of fewer than two waves of work items on that many SMs pays for its
-// last wave whole); among the tiles of that width, the first registered whose k per stage leaves the
+// last wave whole; a one-token tile, tile_n 1, only where its plain cost is below the width so chosen);
+// among the tiles of that width, the first registered whose k per stage leaves the
 // reduction at least 4 pipeline stages (1 for a tile of two CTAs per SM; for problems of fewer than 512
 // work items, active experts x weight-row tiles, the deepest such stage), else the one with the most
 // stages.

@@ -16,8 +16,8 @@ void append_sm90_tactic_descs(std::vector<TacticDesc>& out);
 #ifdef FP4MOE_HAVE_CUDA
 void append_portable_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out);
 void append_sm90_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out);
-// The sm90 family's weight layout (kSm90Interleaved), or nullptr if it uses kCanonical.
-const WeightLayoutOps* sm90_weight_layout_ops();
+// The sm90 family's weight layouts (kSm90Interleaved, kSm90E4m3); nullptr for any other.
+const WeightLayoutOps* sm90_weight_layout_ops(WeightLayout layout = WeightLayout::kSm90Interleaved);
 #endif
 
 }  // namespace fp4moe

@@ -34,6 +34,7 @@ const char* weight_layout_name(WeightLayout l) {
   switch (l) {
     case WeightLayout::kCanonical: return "canonical";
     case WeightLayout::kSm90Interleaved: return "sm90-interleaved";
+    case WeightLayout::kSm90E4m3: return "sm90-e4m3";
   }
   return "unknown-layout";
 }
@@ -126,8 +127,9 @@ const WeightLayoutOps* find_weight_layout_ops(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kCanonical: return &kCanonicalOps;
     case WeightLayout::kSm90Interleaved:
+    case WeightLayout::kSm90E4m3:
 #ifdef FP4MOE_HAVE_SM90_FAMILY
-      return sm90_weight_layout_ops();
+      return sm90_weight_layout_ops(layout);
 #else
       return nullptr;
 #endif

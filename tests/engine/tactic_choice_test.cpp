@@ -150,6 +150,42 @@ TEST(HeuristicWidth, PicksTheWidthOfFewestExpectedTileCosts) {
   EXPECT_EQ(heuristic_choice(usable, problem(2048, 16384, 256), 132)->name, "n64.k256");
 }
 
+// A tile of one token per item (the sm90 e4m3 tile: width 1, so 1 + 67 per token tile, about the 9%
+// shorter stream it measured against the n8 tile, docs/perf.md sm90 step 50) wins where an expert expects
+// so few rows that the n8 tile's tiles cost more than one stream per row: GLM-5 (256 experts, top-8) at
+// T = 1 to 4, not at T = 8 (64 rows: 0.25 x 68 = 17.0 against 0.221 x 75 = 16.6).
+TEST(HeuristicWidth, OneTokenTilesOnlyForTheFewestRows) {
+  std::vector<TacticDesc> d{desc("n8.k256", "fast", 8, 256), desc("n16.k256", "fast", 16, 256),
+                            desc("n1.k256", "fast", 1, 256)};
+  for (TacticDesc& x : d) x.tile_m = 256;
+  std::vector<const TacticDesc*> usable;
+  for (const TacticDesc& x : d) usable.push_back(&x);
+  auto pick = [&](int64_t k, int64_t rows, int sms = 0) { return heuristic_choice(usable, problem(k, rows, 256), sms)->name; };
+  for (int sms : {0, 132}) {
+    SCOPED_TRACE(sms);
+    EXPECT_EQ(pick(2048, 8, sms), "n1.k256");    // T = 1
+    EXPECT_EQ(pick(6144, 16, sms), "n1.k256");   // T = 2
+    EXPECT_EQ(pick(2048, 32, sms), "n1.k256");   // T = 4
+    EXPECT_EQ(pick(2048, 64, sms), "n8.k256");   // T = 8
+    EXPECT_EQ(pick(2048, 1024, sms), "n8.k256");
+  }
+  // A shared expert alone (one expert holding every token): one row, then two; with the SM count, 8 rows
+  // stay on n8 although its 16 items are an eighth of a wave (the few-waves correction does not apply to
+  // one-token tiles: 128 of them would read the weights 8 times).
+  for (int sms : {0, 132}) {
+    SCOPED_TRACE(sms);
+    EXPECT_EQ(heuristic_choice(usable, problem(6144, 1, 1, 2048), sms)->name, "n1.k256");
+    EXPECT_EQ(heuristic_choice(usable, problem(6144, 2, 1, 2048), sms)->name, "n8.k256");
+    EXPECT_EQ(heuristic_choice(usable, problem(6144, 8, 1, 2048), sms)->name, "n8.k256");
+  }
+  // A short reduction (the TP8 shard's FC2, K = 256: one k256 stage) keeps n8.
+  EXPECT_EQ(pick(256, 8), "n8.k256");
+  EXPECT_EQ(pick(1024, 8), "n1.k256");  // exactly four stages
+  // Only one-token tiles: they are the choice whatever the rows.
+  std::vector<const TacticDesc*> only{&d[2]};
+  EXPECT_EQ(heuristic_choice(only, problem(2048, 1024, 256))->name, "n1.k256");
+}
+
 TEST_F(HeuristicTest, WideRowsTakeTheLargestTileAndTheFallbackOnlyAlone) {
   EXPECT_EQ(choose(problem(6144, 1 << 20, 256)), "n128.k128");
   std::vector<const TacticDesc*> only_fallback{&descs.back()};

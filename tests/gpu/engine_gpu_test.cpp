@@ -253,6 +253,38 @@ TEST(Small, RouteInChainEqualsFrontEnd) {
   }
 }
 
+// The one-token tile (the sm90 e4m3 decode tile) reads a packed layout of its own: the heuristic takes it at
+// T = 1 in an engine of one token, or with EngineOptions::extra_weight_layouts, and not otherwise (an
+// engine of 8 tokens would hold the weights twice); each engine's T = 1 forward matches the reference.
+// Skipped where no one-token tile can run (no sm_90a device).
+TEST(Small, OneTokenTileOnlyWhereItsLayoutIsAllowed) {
+  const MoeConfig cfg = small_config("one-token", 1024, 1024, 64, 2);  // K = 1024: four k256 stages
+  bool runnable = false;
+  for (const std::string& n : tactics_for_layer(cfg, 8, false))
+    if (find_tactic(n)->desc().tile_n == 1) runnable = true;
+  if (!runnable) GTEST_SKIP() << "no one-token tile runs on this device";
+  const MoeLayerWeights w = host_layer(LayerCase{cfg.name, cfg, {}});
+  struct Want {
+    int64_t max_tokens;
+    bool extra;
+    bool one_token;
+  };
+  for (const Want& c : {Want{1, false, true}, Want{8, false, false}, Want{8, true, true}}) {
+    SCOPED_TRACE(::testing::Message() << "max_tokens=" << c.max_tokens << " extra_weight_layouts=" << c.extra);
+    EngineOptions eo;
+    eo.max_tokens = c.max_tokens;
+    eo.extra_weight_layouts = c.extra;
+    std::unique_ptr<MoeEngine> engine;
+    const Status st = MoeEngine::create(w, eo, &engine);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(find_tactic(engine->fc1_tactic_for(1))->desc().tile_n == 1, c.one_token) << engine->fc1_tactic_for(1);
+    EXPECT_EQ(find_tactic(engine->fc2_tactic_for(1))->desc().tile_n == 1, c.one_token) << engine->fc2_tactic_for(1);
+    const LayerRun r = run_and_compare(*engine, w, 1, 77, false);
+    EXPECT_LE(r.rel_l2, 1e-2);
+    EXPECT_EQ(r.id_mismatches, 0);
+  }
+}
+
 TEST(Small, GraphReplayBitwise) {
   const LayerCase lc = layer_cases()[1];
   const MoeLayerWeights w = host_layer(lc);

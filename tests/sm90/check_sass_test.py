@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_sass.py (src/kernels/sm90_wgmma) on hand-written SASS: it must accept an A buffer rewritten after
 the WARPGROUP.DEPBAR that retires the group reading it, and flag a write to the A registers or the
-accumulators of a group still in flight, a missing HGMMA, local memory and wgmmas that ptxas serialised.
+accumulators of a group still in flight, a missing HGMMA, local memory and wgmmas that ptxas serialised;
+the same for the e4m3 tile's QGMMA.
 No GPU needed."""
 import os
 import subprocess
@@ -54,7 +55,14 @@ def main():
                           "WARPGROUP.DEPBAR.LE gsb0, 0x0", "WARPGROUP.ARRIVE",
                           "HGMMA.64x8x16.F32.BF16 R24, R44, gdesc[UR8], R24, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0",
                           "FADD R2, R24, R25"])
+    # The e4m3 tile's QGMMA (m64n8k32 e4m3): counted as a wgmma, its A registers and accumulators tracked.
+    q = [x.replace("HGMMA.64x8x16.F32.BF16", "QGMMA.64x8x32.F32.E4M3.E4M3") for x in body]
+    ok_q = sass(k, q)
+    early_a_q = sass(k, q[:5] + ["LOP3.LUT R44, R8, 0x9c9c9c9c, RZ, 0xc0, !PT"] + q[6:])
+    early_d_q = sass(k, q[:5] + ["FADD R3, R24, R25"] + q[6:])
     cases = [("retired buffer rewritten", ok, 0), ("in-flight A rewritten", early_a, 1),
+             ("QGMMA: retired buffer rewritten", ok_q, 0), ("QGMMA: in-flight A rewritten", early_a_q, 1),
+             ("QGMMA: in-flight accumulators read", early_d_q, 1),
              ("in-flight accumulators read", early_d, 1), ("open group's A rewritten", open_group, 1),
              ("no HGMMA", no_hgmma, 1), ("local memory", local, 1), ("every HGMMA waited for alone", serialised, 1)]
     bad = 0

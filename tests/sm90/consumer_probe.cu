@@ -198,11 +198,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, i
 // The wgmma (wgmma_e4m3_m64n8k32) and the word decode (decode_e4m3_word) are the e4m3 path's own
 // (sm90_e4m3.cuh / sm90_e4m3.h).
 
-// The B descriptor of k64 chunk kb (0..3) of a k256 stage whose token tile starts at desc0, e4m3: 128 bytes
-// of k per 1 KB sub-tile row, so chunk kb is sub-tile kb / 2 at byte 64 (kb % 2) of its rows.
-__device__ __forceinline__ uint64_t e4m3_chunk_desc(uint64_t desc0, int kb) {
-  return desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
-}
 // The E5M3u scale byte (sm90_layout.h) -> (scale * 2^107) as fp32.
 __device__ __forceinline__ float scale_f32(uint32_t shifted) { return __uint_as_float(and_or(shifted, 0x0FF00000u, 0x70000000u)); }
 

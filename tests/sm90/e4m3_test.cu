@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(128) e4m3_tile_kernel(const uint8_t* packed, c
     e4m3_decode_chunk(blk, tid, a);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     wgmma_fence();
-    e4m3_issue_chunk(a, desc0 + static_cast<uint64_t>(((kb / 2) * 1024 + (kb % 2) * 64) >> 4), zero, d);
+    e4m3_issue_chunk(a, e4m3_chunk_desc(desc0, kb), zero, d);
     wgmma_commit();
     wgmma_wait<0>();
     const uint32_t h = *reinterpret_cast<const uint16_t*>(blk + kPackCodeBytes + 8 * quad + 2 * q);

@@ -49,6 +49,16 @@ std::string case_name(const Case& c) {
   return fmt::format("{} n={} k={} rows=[{}] gather={} a_ld=k+{}", gemm_op_name(c.op), c.n, c.k, r, c.gather, c.a_pad);
 }
 
+// The CPU description of the packed weights in `layout`.
+std::vector<uint8_t> cpu_pack(WeightLayout layout, const GemmProblem& p, const void* canonical) {
+  return layout == WeightLayout::kSm90E4m3 ? sm90::pack_e4m3_cpu(p, canonical) : sm90::pack_cpu(p, canonical);
+}
+// The bytes of a tactic's split partials (the workspace's last region): the e4m3 tile (one token per item,
+// tile_n 1) keeps the n8 tiles' partials, wgmma's eight columns.
+size_t split_partials(const TacticDesc& d) {
+  return static_cast<size_t>(sm90::split_partial_bytes(d.tile_m, std::max(d.tile_n, 8)));
+}
+
 // partials_touched: poison the workspace's split partials (NaN bytes) before the run and count the bytes
 // the run changed (a split item stores its partials, the tile's last part zeroes them): > 0 shows the
 // split reduction ran. Every other workspace byte must be zero after the run.
@@ -84,8 +94,8 @@ void run_case(GroupedGemmTactic& tactic, const Case& c, int64_t* partials_touche
     for (auto& r : row_index) r = static_cast<int32_t>(rng() % tokens);
   }
 
-  // Device buffers; pack through the family's layout ops and compare with the CPU description.
-  const WeightLayoutOps* ops = sm90_weight_layout_ops();
+  // Device buffers; pack through the tactic's layout ops and compare with the CPU description.
+  const WeightLayoutOps* ops = sm90_weight_layout_ops(tactic.desc().layout);
   ASSERT_NE(ops, nullptr);
   DeviceBuffer d_canon(w.canonical.size()), d_packed(ops->bytes(p)), d_off(offsets.size() * 4),
       d_a(a.size() * 2), d_idx(std::max<size_t>(4, row_index.size() * 4)), d_ts(w.tensor_scales.size() * 4),
@@ -98,7 +108,7 @@ void run_case(GroupedGemmTactic& tactic, const Case& c, int64_t* partials_touche
   d_ts.upload(w.tensor_scales.data(), w.tensor_scales.size() * 4);
   ASSERT_TRUE(ops->pack(p, d_canon.get(), d_packed.get(), nullptr).is_ok());
   SM90_CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<uint8_t> packed_cpu = sm90::pack_cpu(p, w.canonical.data());
+  const std::vector<uint8_t> packed_cpu = cpu_pack(tactic.desc().layout, p, w.canonical.data());
   std::vector<uint8_t> packed_gpu(packed_cpu.size());
   d_packed.download(packed_gpu.data(), packed_gpu.size());
   ASSERT_TRUE(packed_cpu == packed_gpu) << "device pack differs from the CPU description";
@@ -116,8 +126,7 @@ void run_case(GroupedGemmTactic& tactic, const Case& c, int64_t* partials_touche
   args.workspace = d_ws.get();
   const Status init = tactic.init(p);
   ASSERT_TRUE(init.is_ok()) << init.to_string();
-  const size_t partial_bytes =
-      static_cast<size_t>(sm90::split_partial_bytes(tactic.desc().tile_m, tactic.desc().tile_n));
+  const size_t partial_bytes = split_partials(tactic.desc());
   ASSERT_GE(tactic.workspace_bytes(p), partial_bytes);
   const size_t partial_off = tactic.workspace_bytes(p) - partial_bytes;
   if (partials_touched && partial_bytes > 0)
@@ -190,11 +199,11 @@ struct DeviceGemm {
   std::unique_ptr<DeviceBuffer> packed, ts;
 };
 
-DeviceGemm device_gemm(const GemmProblem& p, std::mt19937& rng) {
+DeviceGemm device_gemm(const GemmProblem& p, WeightLayout layout, std::mt19937& rng) {
   DeviceGemm g;
   g.p = p;
   g.w = sm90test::random_weights(p, rng);
-  const WeightLayoutOps* ops = sm90_weight_layout_ops();
+  const WeightLayoutOps* ops = sm90_weight_layout_ops(layout);
   DeviceBuffer canon(g.w.canonical.size());
   canon.upload(g.w.canonical.data(), g.w.canonical.size());
   g.packed = std::make_unique<DeviceBuffer>(ops->bytes(p));
@@ -315,7 +324,8 @@ void run_chained_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, 
   const GemmProblem &p1 = cs.p1, &p2 = cs.p2;
   ASSERT_TRUE(tactic.can_chain());
   std::mt19937 rng(seed);
-  const DeviceGemm g1 = device_gemm(p1, rng), g2 = device_gemm(p2, rng);
+  const WeightLayout layout = tactic.desc().layout;
+  const DeviceGemm g1 = device_gemm(p1, layout, rng), g2 = device_gemm(p2, layout, rng);
   const int64_t tokens = gather ? used / 2 + 3 : total;
   std::vector<uint16_t> x(static_cast<size_t>(tokens * hidden));
   std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
@@ -387,8 +397,8 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
     p.num_experts = n;
     return p;
   };
-  const DeviceGemm g1 = device_gemm(experts(p1, Er), rng), g2 = device_gemm(experts(p2, Er), rng);
-  const DeviceGemm l1 = device_gemm(experts(p1, 1), rng), l2 = device_gemm(experts(p2, 1), rng);
+  const DeviceGemm g1 = device_gemm(experts(p1, Er), d.layout, rng), g2 = device_gemm(experts(p2, Er), d.layout, rng);
+  const DeviceGemm l1 = device_gemm(experts(p1, 1), d.layout, rng), l2 = device_gemm(experts(p2, 1), d.layout, rng);
   std::vector<uint16_t> x(static_cast<size_t>(total * hidden));
   std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
   for (auto& v : x) v = f32_to_bf16_bits(ux(rng));
@@ -404,7 +414,7 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
   a2.last_expert_scales = static_cast<const float*>(l2.ts->get());
   // The first launch runs on split partials poisoned with 0xFF: the bytes it leaves otherwise are the
   // split reduction's (which zeroes what it used).
-  const size_t partial_bytes = static_cast<size_t>(sm90::split_partial_bytes(d.tile_m, d.tile_n));
+  const size_t partial_bytes = split_partials(d);
   const size_t partial_off = tactic.workspace_bytes(p1) - partial_bytes;
   int64_t touched = 0;
   std::vector<uint16_t> h, y;
@@ -447,9 +457,13 @@ void run_folded_case(GroupedGemmTactic& tactic, int64_t inter, int64_t hidden, s
 class Sm90Tactics : public ::testing::Test {
  protected:
   static std::vector<std::unique_ptr<GroupedGemmTactic>>& tactics() {
+    // SM90_TACTICS_ONLY=TEXT keeps the tactics whose name contains TEXT (to check one tile quickly).
     static std::vector<std::unique_ptr<GroupedGemmTactic>> t = [] {
       std::vector<std::unique_ptr<GroupedGemmTactic>> v;
       append_sm90_tactics(v);
+      if (const char* only = std::getenv("SM90_TACTICS_ONLY"))
+        v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& x) { return x->desc().name.find(only) == std::string::npos; }),
+                v.end());
       return v;
     }();
     return t;
@@ -498,13 +512,14 @@ TEST_F(Sm90Tactics, RefusesHalfAFoldedLastExpert) {
 TEST_F(Sm90Tactics, RefusesRoutingOutsideItsShapes) {
   // Routing inside the launch (GroupedGemmArgs::routing): only FC1 of a chained launch, for the shapes
   // the prologue carries, with FC1 reading the token rows directly; each refusal names what is wrong.
-  // The n8 tiles carry the routing prologue (TileConfig::kRoutes); the others refuse every batch.
+  // The n8 tiles and the e4m3 tile carry the routing prologue (TileConfig::kRoutes); the others refuse
+  // every batch.
   MoeConfig cfg = glm5_config();
   MoeConfig wide = cfg;
   wide.num_experts = 512;
   for (auto& t : tactics()) {
     SCOPED_TRACE(t->desc().name);
-    const bool routes = t->desc().tile_n == 8;
+    const bool routes = t->desc().tile_n <= 8;
     EXPECT_EQ(t->can_route_in_chain(cfg, 8), routes);
     EXPECT_FALSE(t->can_route_in_chain(cfg, 9)) << "72 pairs";
     EXPECT_FALSE(t->can_route_in_chain(wide, 1)) << "E = 512";
@@ -643,10 +658,13 @@ TEST_F(Sm90Tactics, ChainedLaunchRefusesMismatchedGemms) {
 TEST_F(Sm90Tactics, DescriptorsMatchRegistrationAndCompiler) {
   std::vector<TacticDesc> descs;
   append_sm90_tactic_descs(descs);
+  if (std::getenv("SM90_TACTICS_ONLY")) GTEST_SKIP() << "SM90_TACTICS_ONLY: not every tactic is here";
   ASSERT_EQ(descs.size(), tactics().size());
   for (size_t i = 0; i < descs.size(); ++i) {
     EXPECT_EQ(descs[i].name, tactics()[i]->desc().name);
-    EXPECT_EQ(descs[i].layout, WeightLayout::kSm90Interleaved);
+    const bool e4m3 = descs[i].name.rfind("sm90.w4e4m3.", 0) == 0;
+    EXPECT_EQ(descs[i].layout, e4m3 ? WeightLayout::kSm90E4m3 : WeightLayout::kSm90Interleaved) << descs[i].name;
+    EXPECT_EQ(descs[i].tile_n, e4m3 ? 1 : descs[i].tile_n) << descs[i].name << ": one token per e4m3 item";
     const cudaFuncAttributes attr = sm90test::kernel_attributes(*tactics()[i]);
     EXPECT_GE(descs[i].req.regs_per_thread, attr.numRegs) << descs[i].name;
     EXPECT_EQ(attr.localSizeBytes, 0u) << descs[i].name << " uses local memory";

@@ -66,6 +66,8 @@ struct BenchOptions {
   double matmul_tflops = 744; // bf16 dense ceiling (DESIGN.md section 6 measured 744 to 790 on this H200)
   std::string tactic;         // force one tactic for FC1 and FC2
   std::string family;         // choose only among this family's tactics
+  std::string exclude;        // comma-separated tactic names the engine must not choose
+  bool extra_layouts = false; // EngineOptions::extra_weight_layouts
   std::string dump_dir;
   std::string trace_path;     // --trace FILE: sm90 timeline records of one replay per T (trace builds)
 };
@@ -197,6 +199,7 @@ int bench_command(const BenchOptions& o) {
   eo.fc1_tactic = eo.fc2_tactic = o.tactic;
   eo.ep_size = o.ep;
   eo.ep_rank = o.ep_rank;
+  eo.extra_weight_layouts = o.extra_layouts;
   if (!o.family.empty()) {
     bool known = false;
     for (const TacticDesc& d : all_tactic_descs()) {
@@ -204,6 +207,17 @@ int bench_command(const BenchOptions& o) {
       if (d.family != o.family) eo.excluded_tactics.push_back(d.name);
     }
     FP4MOE_CHECK(known, StatusCode::kInvalidArgument, "--family {}: no tactic of that family in this build", o.family);
+  }
+  {
+    std::stringstream ss(o.exclude);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      if (name.empty()) continue;
+      const bool known = std::any_of(all_tactic_descs().begin(), all_tactic_descs().end(),
+                                     [&](const TacticDesc& d) { return d.name == name; });
+      FP4MOE_CHECK(known, StatusCode::kInvalidArgument, "--exclude: unknown tactic '{}' (fp4moe doctor lists them)", name);
+      eo.excluded_tactics.push_back(name);
+    }
   }
   std::unique_ptr<MoeEngine> engine;
   const Status st = MoeEngine::create_synthetic(cfg, SyntheticSpec{o.seed}, eo, &engine);
@@ -402,6 +416,13 @@ std::function<int()> setup_bench(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--tactic", o->tactic, "force this tactic (stable name) for FC1 and FC2");
   sub.add_option("--family", o->family, "choose only among the tactics of this family (e.g. portable)");
+  sub.add_option("--exclude", o->exclude,
+                 "comma-separated tactics the engine must not choose (e.g. sm90.w4e4m3.m256n1k256.ws.s5.c4, which "
+                 "holds a second packed copy of the weights)");
+  sub.add_flag("--extra-layouts", o->extra_layouts,
+               "let the engine hold a second packed copy of the weights where a tile with a layout of its own is "
+               "the better choice for some T (the sm90 e4m3 decode tile at T = 1); without it that tile runs "
+               "only when every T of the run would choose it (--tokens 1)");
   sub.add_option("--dump-dir", o->dump_dir, "write bench.json and routing_T<T>_{ids,weights}.bin here (existing directory)")
       ->check(CLI::ExistingDirectory);
   sub.add_option("--trace", o->trace_path,

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the SASS of the sm90 kernels (cuobjdump -sass BINARY | check_sass.py): every kernel has HGMMA,
+"""Checks the SASS of the sm90 kernels (cuobjdump -sass BINARY | check_sass.py): every kernel has HGMMA (QGMMA,
+its e4m3 form, on the e4m3 tile; both are counted as HGMMA below),
 no local memory (LDL/STL), and no instruction writes an in-flight HGMMA's A or accumulator registers
 (or reads its accumulators) before the WARPGROUP.DEPBAR that retires it, and ptxas has not serialised the
 wgmmas (every HGMMA waited for on its own). RS wgmma reads its A registers asynchronously, so reusing them
@@ -27,6 +28,13 @@ def dest_width(op):
 NO_DEST = ("ST", "RED", "BRA", "BAR", "SYNCS", "WARPGROUP", "EXIT", "RET", "CALL", "BSSY", "BSYNC", "NOP",
            "WARPSYNC", "MEMBAR", "FENCE", "DEPBAR", "UTMA", "LDGSTS", "ARRIVES", "YIELD", "ERRBAR", "CCTL")
 
+GMMA = ("HGMMA", "QGMMA")  # bf16 wgmma; e4m3 wgmma (the e4m3 tile)
+
+
+def is_gmma(ins):
+    return "HGMMA" in ins or "QGMMA" in ins
+
+
 def main():
     funcs = {}
     name = None
@@ -42,7 +50,7 @@ def main():
     bad = 0
     kernels = {n: ins for n, ins in funcs.items() if "grouped_kernel" in n}
     for n, ins in kernels.items():
-        hgmma = sum(1 for i in ins if "HGMMA" in i)
+        hgmma = sum(1 for i in ins if is_gmma(i))
         local = sum(1 for i in ins if re.match(r"(@!?U?P\w+\s+)?(LDL|STL)", i))
         groups = []            # committed groups in flight, oldest first: (A registers, accumulators)
         open_a, open_d = set(), set()
@@ -50,8 +58,8 @@ def main():
             body = re.sub(r"^@!?U?P\w+\s+", "", i)
             op = body.split()[0]
             operands = body[len(op):].split(",")
-            if op.startswith("HGMMA"):
-                m = re.match(r"HGMMA\.64x(\d+)x16\S*\s+R(\d+),\s*R(\d+)", body)
+            if op.startswith(GMMA):
+                m = re.match(r"[HQ]GMMA\.64x(\d+)x(?:16|32)\S*\s+R(\d+),\s*R(\d+)", body)
                 if m:
                     n_cols, d0, a0 = int(m.group(1)), int(m.group(2)), int(m.group(3))
                     open_d |= regs(d0, n_cols // 2)
@@ -83,8 +91,8 @@ def main():
         # ptxas serialises every wgmma of a kernel when it finds a non-wgmma instruction defining or reading
         # a wgmma's registers inside a pipeline stage (C7513, C7514: an info line, not an error): each HGMMA
         # is then a group of its own followed at once by DEPBAR.LE gsb0, 0x0.
-        wg = [re.sub(r"^@!?U?P\w+\s+", "", i) for i in ins if "HGMMA" in i or i.startswith("WARPGROUP")]
-        waits_alone = sum(1 for a, b in zip(wg, wg[1:]) if a.startswith("HGMMA") and "gsb0" in a and
+        wg = [re.sub(r"^@!?U?P\w+\s+", "", i) for i in ins if is_gmma(i) or i.startswith("WARPGROUP")]
+        waits_alone = sum(1 for a, b in zip(wg, wg[1:]) if a.startswith(GMMA) and "gsb0" in a and
                           re.match(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b", b))
         serial = hgmma >= 2 and waits_alone == hgmma
         print(f"{n[:110]}: HGMMA {hgmma}, LDL/STL {local}" + (", every HGMMA waited for alone (serialised)" if serial else ""))

@@ -10,20 +10,20 @@ namespace fp4moe {
 
 namespace {
 
-template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS, int ACT>
 TacticDesc sm90_desc() {
-  using Cfg = sm90::TileConfig<BM, BN, BK, STAGES, CTAS, CONS>;
+  using Cfg = sm90::TileConfig<BM, BN, BK, STAGES, CTAS, CONS, ACT>;
   static_assert(sizeof(Cfg) > 0, "");
   TacticDesc d;
-  d.name = sm90::tactic_name(BM, BN, BK, STAGES, CTAS, CONS);
+  d.name = sm90::tactic_name(BM, BN, BK, STAGES, CTAS, CONS, ACT);
   d.family = "sm90";
   d.tile_m = BM;
-  d.tile_n = BN;
+  d.tile_n = Cfg::kTileRows;  // tokens per work item (the e4m3 tile: 1)
   d.tile_k = BK;
   d.stages = STAGES;
   d.ctas_per_sm = CTAS;
   d.schedule = "warpspecialized";
-  d.layout = WeightLayout::kSm90Interleaved;
+  d.layout = Cfg::kE4m3 ? WeightLayout::kSm90E4m3 : WeightLayout::kSm90Interleaved;
   d.is_fallback = false;
   d.req.min_cc = 90;
   d.req.max_cc = 90;
@@ -43,7 +43,8 @@ TacticDesc sm90_desc() {
 }  // namespace
 
 void append_sm90_tactic_descs(std::vector<TacticDesc>& out) {
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS) out.push_back(sm90_desc<BM, BN, BK, STAGES, CTAS, CONS>());
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, ACT) \
+  out.push_back(sm90_desc<BM, BN, BK, STAGES, CTAS, CONS, ACT>());
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
 }

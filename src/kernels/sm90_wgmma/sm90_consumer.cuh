@@ -28,6 +28,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/sm90_wgmma/sm90_e4m3.cuh"
 #include "kernels/sm90_wgmma/sm90_layout.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_wgmma_ops.cuh"
@@ -272,6 +273,76 @@ __device__ __forceinline__ void consume_item(uint8_t* smem, uint64_t* full, uint
     for (int v = 1; v < kSets; ++v)
 #pragma unroll
       for (int i = 0; i < Cfg::kBN / 2; ++i) acc[u][0][i] += acc[u][v][i];
+}
+
+// The e4m3 tile's main loop of one work item (one token; the consumer's one 64-row tile `tile` of the
+// CTA tile): per packed k64 chunk two m64n8k32 e4m3 wgmmas into a fresh accumulator (sm90_e4m3.h: D's
+// column 2j + p is k16 block j's product with the token's half p), then, once they retired, row R0's
+// and R1's block factors (the E5M3u scale with the block's activation exponent) applied to block q's two
+// columns by one FFMA each. Two chunks per commit group and two A buffers: the next group's codes are
+// decoded and its scales and exponents read before wait_group 0 retires the previous group, whose
+// accumulators are read after it (read after wait_group 1, ptxas serialises every wgmma: docs/perf.md,
+// sm90 step 48). A stage is released once its last group retired (at the next stage's first group, or
+// the item's end). Returns the quad's sums f0 (row R0) and f1 (row R1) in every lane; zero: a run-time
+// 0 (LaunchParams::zero).
+template <class Cfg>
+__device__ __forceinline__ void consume_item_e4m3(uint8_t* smem, uint64_t* full, uint64_t* empty, int nstages,
+                                                  int tile, int tid, int zero, float& f0, float& f1, int& stage,
+                                                  uint32_t& phase) {
+  static_assert(Cfg::kE4m3 && Cfg::kChunksPerStage == 4, "the e4m3 tile: four chunks a stage, two groups of two");
+  constexpr int kG = 2;  // chunks per commit group
+  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2), q = tid & 3;
+  float acc[kG][4];
+  uint32_t a[2][kG][8];
+  uint32_t sc[2][kG];  // the quad's scale half-word of block q (row R0 low byte, R1 high)
+  int ex[2][kG];       // block q's activation exponent
+  f0 = f1 = 0.0f;
+  int release = stage;
+  for (int ks = 0; ks < nstages; ++ks) {
+    mbar_wait(&full[stage], phase);
+    fence_proxy_async_smem();
+    const uint8_t* sp = smem + stage * Cfg::kStageBytes;
+    const uint64_t desc0 = make_desc_sw128(smem_addr(sp));
+    const uint8_t* wt = sp + Cfg::kTokenBytes + tile * Cfg::kWeightTileBytes;
+    const int* exps = reinterpret_cast<const int*>(sp + Cfg::kE4m3ExponentOffset);
+#pragma unroll
+    for (int grp = 0; grp < 4 / kG; ++grp) {
+      const int b = grp & 1;
+#pragma unroll
+      for (int c = 0; c < kG; ++c) {
+        const int kb = grp * kG + c;
+        const uint8_t* blk = wt + kb * kPackBlockBytes;
+        e4m3_decode_chunk(blk, tid, a[b][c]);
+        sc[b][c] = *reinterpret_cast<const uint16_t*>(blk + kPackCodeBytes + 8 * quad + 2 * q);
+        ex[b][c] = exps[4 * kb + q];
+      }
+      wgmma_wait<0>();  // the previous group retired: its accumulators, then its A buffer, are free
+      // (The item's first group has no previous one. Accumulators written by anything but the wgmmas, a
+      // zero start that this fold could add unguarded, made ptxas serialise every wgmma: C7514.)
+      if (grp > 0 || ks > 0) {
+#pragma unroll
+        for (int c = 0; c < kG; ++c) e4m3_accumulate(acc[c], sc[b ^ 1][c], ex[b ^ 1][c], f0, f1);
+      }
+      if (grp == 0 && ks > 0) {  // the previous stage's last group retired
+        release_stage(&empty[release]);
+        if (++release == Cfg::kStages) release = 0;
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int c = 0; c < kG; ++c) e4m3_issue_chunk(a[b][c], e4m3_chunk_desc(desc0, grp * kG + c), zero, acc[c]);
+      wgmma_commit();
+    }
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int c = 0; c < kG; ++c) e4m3_accumulate(acc[c], sc[1][c], ex[1][c], f0, f1);
+  release_stage(&empty[release]);
+  f0 = quad_sum(f0);
+  f1 = quad_sum(f1);
 }
 
 }  // namespace sm90

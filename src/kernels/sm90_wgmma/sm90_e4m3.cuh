@@ -1,6 +1,7 @@
 // Device side of the e4m3 path (formats: sm90_e4m3.h): one token's activations split into an e4m3 token
 // tile, and one packed k64 chunk of a 64-row tile multiplied with it on two m64n8k32 e4m3 wgmmas. Checked
-// against the CPU reference by sm90_e4m3_test; no tactic uses them yet.
+// against the CPU reference by sm90_e4m3_test; the e4m3 tile's token producer (sm90_producer.cuh,
+// e4m3_token_stage) and consumers (sm90_consumer.cuh, consume_item_e4m3) are built from them.
 #pragma once
 #include <cstdint>
 
@@ -25,38 +26,71 @@ __device__ __forceinline__ float e4m3_to_f32(uint32_t byte) {
   return f;
 }
 
+// Four activations v[0..3] (already times 2^-E) -> their hi and lo e4m3 bytes, element i in byte i.
+__device__ __forceinline__ void e4m3_split_word(const float* v, uint32_t& hi, uint32_t& lo) {
+  hi = lo = 0;
+#pragma unroll
+  for (int b = 0; b < 4; b += 2) {
+    const uint32_t h = cvt_e4m3x2(v[b + 1], v[b]);  // byte 0: element b, byte 1: element b + 1
+    hi |= h << (8 * b);
+    lo |= cvt_e4m3x2(v[b + 1] - e4m3_to_f32(h >> 8), v[b] - e4m3_to_f32(h)) << (8 * b);
+  }
+}
+// Eight bf16 activations (element 0 in the low half of x.x) -> floats.
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& x, float (&v)[8]) {
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
 // One 16-byte unit of an e4m3 token tile: half p (0 hi, 1 lo) of a k16 block whose 16 bf16 activations
 // are x[0..1] (8 each, element 0 in the low half of x[0].x). Returns the unit and the block exponent E.
 __device__ __forceinline__ uint4 e4m3_split_unit(const uint4 (&x)[2], int p, int& e) {
-  float v[16];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t w[4] = {x[h].x, x[h].y, x[h].z, x[h].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + 2 * i] = __uint_as_float(w[i] << 16);
-      v[8 * h + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  }
+  float v[2][8];
+  bf16x8_to_f32(x[0], v[0]);
+  bf16x8_to_f32(x[1], v[1]);
   float m = 0.f;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(v[i]));
+  for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(v[i / 8][i % 8]));
   e = e4m3_block_exponent(m);
   const float inv = e4m3_pow2(-e);
-  uint32_t out[4];
+  uint32_t out[2][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    uint32_t word = 0;
+    float s[4];
 #pragma unroll
-    for (int b = 0; b < 4; b += 2) {
-      const float x0 = v[4 * i + b] * inv, x1 = v[4 * i + b + 1] * inv;
-      uint32_t pair = cvt_e4m3x2(x1, x0);  // byte 0: element b, byte 1: element b + 1
-      if (p == 1) pair = cvt_e4m3x2(x1 - e4m3_to_f32(pair >> 8), x0 - e4m3_to_f32(pair));
-      word |= pair << (8 * b);
-    }
-    out[i] = word;
+    for (int t = 0; t < 4; ++t) s[t] = v[i / 2][4 * (i % 2) + t] * inv;
+    e4m3_split_word(s, out[0][i], out[1][i]);
   }
-  return make_uint4(out[0], out[1], out[2], out[3]);
+  return make_uint4(out[p][0], out[p][1], out[p][2], out[p][3]);
+}
+
+// Half h = lane % 2 of k16 block lane / 2 (its 8 bf16 activations in x), split by a pair of lanes (the
+// sm90 e4m3 tile's token producer): the block's largest magnitude from both lanes (every lane of the
+// warp calls it), then this half's 8 hi and 8 lo bytes (element i in byte i) and the block exponent E.
+// Same result as e4m3_split_unit's bytes 8h..8h+7.
+__device__ __forceinline__ void e4m3_split_half(const uint4& x, uint2& hi, uint2& lo, int& e) {
+  float v[8];
+  bf16x8_to_f32(x, v);
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  e = e4m3_block_exponent(m);
+  const float inv = e4m3_pow2(-e);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] *= inv;
+  e4m3_split_word(v, hi.x, lo.x);
+  e4m3_split_word(v + 4, hi.y, lo.y);
+}
+
+// The B descriptor of k64 chunk kb of a token tile whose first sub-tile starts at desc0: 128 bytes of k
+// per 1 KB sub-tile row, so chunk kb is sub-tile kb / 2 at byte 64 (kb % 2) of its rows.
+__device__ __forceinline__ uint64_t e4m3_chunk_desc(uint64_t desc0, int kb) {
+  return desc0 + static_cast<uint64_t>(((kb >> 1) * 1024 + (kb & 1) * 64) >> 4);
 }
 
 // m64n8k32 e4m3 x e4m3 -> f32, A in registers, B from shared memory. scale_d = 0 starts a fresh

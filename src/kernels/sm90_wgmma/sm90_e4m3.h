@@ -1,4 +1,4 @@
-// The e4m3 path's formats (docs/perf.md, sm90 steps 48-49; no tactic uses them yet): a byte-wise packed
+// The e4m3 path's formats (docs/perf.md, sm90 steps 48-50; the e4m3 tile, tactics.def): a byte-wise packed
 // weight layout whose codes decode to e4m3 wgmma A fragments in five integer operations a word, and the
 // split of one token's bf16 activations into two e4m3 halves per 16-element block, so that one token's
 // product with a weight tile runs on m64n8k32 e4m3 wgmmas with no loss against the bf16 activations.

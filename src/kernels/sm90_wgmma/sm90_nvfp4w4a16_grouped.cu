@@ -94,10 +94,10 @@ Status split_mode_requested(int* mode, const std::string& tactic) {
   return Status::ok();
 }
 
-template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS, int ACT>
 class Sm90Tactic final : public GroupedGemmTactic {
  public:
-  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS, CONS>;
+  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS, CONS, ACT>;
   explicit Sm90Tactic(const TacticDesc& d) : desc_(d) {}
   const TacticDesc& desc() const override { return desc_; }
 
@@ -144,7 +144,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   }
 
   // The counters of the dynamic work schedule (sm90_scheduler.cuh): two ints, then for a chained launch
-  // one for all of FC1's signals and one per token tile (at most rows / BN + E tiles) and FC2 stage
+  // one for all of FC1's signals and one per token tile (at most rows / kTileRows + E tiles) and FC2 stage
   // (chain_stages: FC2's K, FC1's N, in BK stages after the padding to kPackKAlign); then (decode
   // tiles) the split reduction's arrival counters, one per unit and consumer warpgroup, and, 16-byte
   // aligned, its fp32 partial tiles (split_partial_bytes). Every region is zero again after a run. A
@@ -227,7 +227,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     return static_cast<size_t>((k2 + kPackKAlign - 1) / kPackKAlign * (kPackKAlign / BK));
   }
   static size_t split_counters_offset(const GemmProblem& p) {
-    return sizeof(int) * (3 + static_cast<size_t>(p.total_rows / BN + p.num_experts + 1) * chain_stages(p));
+    return sizeof(int) * (3 + static_cast<size_t>(p.total_rows / Cfg::kTileRows + p.num_experts + 1) * chain_stages(p));
   }
   static size_t partials_offset(const GemmProblem& p) {
     const size_t end = split_counters_offset(p) + (Cfg::kSplitCapable ? sizeof(int) * CONS * kMaxSplitItems : 0);
@@ -299,7 +299,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   // Upper bound on the units of one GEMM: every expert may add a partial token tile.
   static int64_t max_items(const GemmProblem& p, int tiles64) {
     const int64_t mtiles = (tiles64 + Cfg::kM64PerCta - 1) / Cfg::kM64PerCta;
-    return (p.total_rows / BN + p.num_experts) * mtiles;
+    return (p.total_rows / Cfg::kTileRows + p.num_experts) * mtiles;
   }
 
   // Checks one GEMM's arguments and fills its kernel parameters (the token tensor map for contiguous rows).
@@ -337,8 +337,9 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm.k = static_cast<int>(p.k);
     prm.tiles64 = static_cast<int>(g.tiles);
     prm.kchunks = static_cast<int>(g.kchunks);
-    // Contiguous rows: the producer loads tokens with TMA (not rows a launch groups itself, bind_routing).
-    if (args.a_row_index == nullptr && args.routing == nullptr && p.total_rows > 0) {
+    // Contiguous rows: the producer loads tokens with TMA (not rows a launch groups itself, bind_routing;
+    // not the e4m3 tile, whose producer lanes load and split one token's activations).
+    if (!Cfg::kE4m3 && args.a_row_index == nullptr && args.routing == nullptr && p.total_rows > 0) {
       Status st = encode_token_map(args.a, p.total_rows, p.k, args.a_ld, BN, &prm.tok_map, desc_.name);
       if (!st) return st;
       prm.tok_tma = 1;
@@ -369,11 +370,12 @@ class Sm90Tactic final : public GroupedGemmTactic {
 };
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};
+const WeightLayoutOps kSm90E4m3LayoutOps = {WeightLayout::kSm90E4m3, &packed_bytes, &pack_e4m3_device};
 
-template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS, int ACT>
 bool resources_if_named(const std::string& name, cudaFuncAttributes* out, Status* st) {
-  if (name != tactic_name(BM, BN, BK, STAGES, CTAS, CONS)) return false;
-  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS, CONS>;
+  if (name != tactic_name(BM, BN, BK, STAGES, CTAS, CONS, ACT)) return false;
+  using Cfg = TileConfig<BM, BN, BK, STAGES, CTAS, CONS, ACT>;
   cudaFuncAttributes a{}, b{}, c{};
   *st = cuda_status(cudaFuncGetAttributes(&a, &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc1>),
                     "cudaFuncGetAttributes", name);
@@ -393,8 +395,8 @@ bool resources_if_named(const std::string& name, cudaFuncAttributes* out, Status
 
 Status kernel_resources(const std::string& tactic_name, cudaFuncAttributes* out) {
   Status st(StatusCode::kNotFound, fmt::format("no sm90 tactic named '{}'", tactic_name));
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS) \
-  if (resources_if_named<BM, BN, BK, STAGES, CTAS, CONS>(tactic_name, out, &st)) return st;
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, ACT) \
+  if (resources_if_named<BM, BN, BK, STAGES, CTAS, CONS, ACT>(tactic_name, out, &st)) return st;
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
   return st;
@@ -416,12 +418,18 @@ void append_sm90_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out) {
   std::vector<TacticDesc> descs;
   append_sm90_tactic_descs(descs);
   size_t i = 0;
-#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS) \
-  out.push_back(std::make_unique<sm90::Sm90Tactic<BM, BN, BK, STAGES, CTAS, CONS>>(descs.at(i++)));
+#define FP4MOE_SM90_TACTIC(BM, BN, BK, STAGES, CTAS, CONS, ACT) \
+  out.push_back(std::make_unique<sm90::Sm90Tactic<BM, BN, BK, STAGES, CTAS, CONS, ACT>>(descs.at(i++)));
 #include "kernels/sm90_wgmma/tactics.def"
 #undef FP4MOE_SM90_TACTIC
 }
 
-const WeightLayoutOps* sm90_weight_layout_ops() { return &sm90::kSm90LayoutOps; }
+const WeightLayoutOps* sm90_weight_layout_ops(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::kSm90Interleaved: return &sm90::kSm90LayoutOps;
+    case WeightLayout::kSm90E4m3: return &sm90::kSm90E4m3LayoutOps;
+    default: return nullptr;
+  }
+}
 
 }  // namespace fp4moe

@@ -23,6 +23,10 @@
 // offsets in tile_config.h). Barriers: full[s] expects 1 + 32 arrivals plus the stage's TMA bytes; empty[s]
 // expects 128 CONS arrivals (every consumer thread).
 // Packed weight and scale layout: sm90_layout.h (kSm90Interleaved).
+// The e4m3 tile (TileConfig ACT = 8, sm90_e4m3.h) runs the same kernel with items of one token: warp 1's
+// lanes load and split that token's activations into each stage's e4m3 token tile (e4m3_token_stage)
+// instead of copying bf16 rows, the consumers run consume_item_e4m3 on the kSm90E4m3 layout, and the
+// epilogue stores the token's column from the quad sums.
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only; nothing from the driver library is linked)
 #include <cuda_bf16.h>
@@ -52,7 +56,7 @@ struct Params {
   const uint16_t* a = nullptr;              // bf16 activations, row stride a_ld elements
   const int32_t* a_row_index = nullptr;     // [total_rows] or null: problem row r reads a[a_row_index[r]]
   int64_t a_ld = 0;                         // elements, multiple of 8
-  const uint8_t* weights = nullptr;         // kSm90Interleaved packed blocks
+  const uint8_t* weights = nullptr;         // packed blocks (kSm90Interleaved; kSm90E4m3 on the e4m3 tile)
   const float* tensor_scales = nullptr;     // FC1 [E, 2] (gate, up), FC2 [E]
   // Or null: expert E-1's packed weights and tensor scales from their own buffers (both or neither;
   // the engine's shared expert folded into the routed launch, GroupedGemmArgs::last_expert_weights).
@@ -113,6 +117,10 @@ struct LaunchParams {
   int fetch_ahead = 1;     // the weight producer fetches short items ahead (sm90_producer.cuh)
   int* split_counters = nullptr;
   float4* partials = nullptr;
+  // Zero, from the host: the e4m3 tile's wgmma scale_d operand for a chunk's fresh accumulator. A constant
+  // there lets ptxas give the accumulator the A fragment's registers, which serialises the wgmmas
+  // (docs/perf.md, sm90 step 48).
+  int zero = 0;
 };
 
 // The split reduction of one consumer warpgroup's tile in a chained launch (split items only; a launch of
@@ -453,11 +461,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
       if (threadIdx.x == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), 5, FP4MOE_TRACE_NOW());
     }
   }
+  if constexpr (Cfg::kE4m3) {
+    // The e4m3 token tiles' units that no producer writes are zero for the whole launch (the token
+    // producer writes only each k16 block's two halves, sm90_e4m3.h); after the routing's scratch in
+    // stage 0 is done with. Generic stores that wgmma reads: the async proxy fence.
+    __syncthreads();
+    constexpr int kUnits = Cfg::kE4m3TileBytes / 16;
+    for (int i = threadIdx.x; i < Cfg::kStages * kUnits; i += Cfg::kThreads)
+      *reinterpret_cast<uint4*>(smem + (i / kUnits) * Cfg::kStageBytes + (i % kUnits) * 16) = make_uint4(0, 0, 0, 0);
+    fence_proxy_async_smem();
+  }
   if (warp == 1) {
     if (kCanRoute && p.route)
-      build_work_table<Cfg::kBN, false>(s_offsets, num_experts, s_prefix, s_offsets, lane);
+      build_work_table<Cfg::kTileRows, false>(s_offsets, num_experts, s_prefix, s_offsets, lane);
     else
-      build_work_table<Cfg::kBN>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
+      build_work_table<Cfg::kTileRows>(p.op[0].expert_offsets, num_experts, s_prefix, s_offsets, lane);
     // The launch's item space (and split choice) once per CTA, in shared memory: every role reads the
     // few fields it needs per item there instead of holding them in registers.
     __syncwarp();
@@ -503,15 +521,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     const int first_tile = consumer * Cfg::kM64PerConsumer;  // within the CTA tile
     const int ntiles_valid = min(Cfg::kM64PerConsumer, q.tiles64 - cta_tile0 - first_tile);
     const int parts = Cfg::kSplitCapable ? ri.parts : 1;
-    consume_item<Cfg>(smem, full, empty, q.kchunks / Cfg::kChunksPerStage / parts, first_tile, tid, acc, stage, phase);
-    if (consumer == 0 && tid == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 5, FP4MOE_TRACE_NOW());
+    const int nstages = q.kchunks / Cfg::kChunksPerStage / parts;
     // The epilogue reads a copy of the summed accumulators, which a split item's reduction replaces by
-    // the whole tile's sum (and which the wgmmas of the next item never touch).
+    // the whole tile's sum (and which the wgmmas of the next item never touch). The e4m3 tile's item has
+    // one token: its rows' sums are column 0 (res[0][0] row R0, res[0][2] row R1), the other columns zero.
     float res[Cfg::kM64PerConsumer][Cfg::kBN / 2];
+    if constexpr (Cfg::kE4m3) {
+      float f0, f1;
+      consume_item_e4m3<Cfg>(smem, full, empty, nstages, first_tile, tid, p.zero, f0, f1, stage, phase);
 #pragma unroll
-    for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+      for (int i = 0; i < Cfg::kBN / 2; ++i) res[0][i] = 0.0f;
+      res[0][0] = f0;
+      res[0][2] = f1;
+    } else {
+      consume_item<Cfg>(smem, full, empty, nstages, first_tile, tid, acc, stage, phase);
 #pragma unroll
-      for (int i = 0; i < Cfg::kBN / 2; ++i) res[u][i] = acc[u][0][i];
+      for (int u = 0; u < Cfg::kM64PerConsumer; ++u)
+#pragma unroll
+        for (int i = 0; i < Cfg::kBN / 2; ++i) res[u][i] = acc[u][0][i];
+    }
+    if (consumer == 0 && tid == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 5, FP4MOE_TRACE_NOW());
     bool finish = true;  // a split tile's last part (part S-1) runs its epilogue
     int signal = -1, signal_arg = 0, signal_arg2 = 0;  // what to hand to the signal warp after the item's stores
     if constexpr (Cfg::kSplitCapable) {

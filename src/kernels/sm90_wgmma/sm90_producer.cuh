@@ -45,6 +45,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/sm90_wgmma/sm90_e4m3.cuh"
 #include "kernels/sm90_wgmma/sm90_layout.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_scheduler.cuh"
@@ -113,7 +114,7 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
     const auto& q = p.op[o];
     // kchunks is a multiple of the stage (kPackKAlign); a split item covers 1/S of the stages.
     const int nstages = q.kchunks / Cfg::kChunksPerStage / parts;
-    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kBN, space.mtiles(o), unit);
+    const WorkItem it = find_work_item(s_prefix, s_offsets, q.num_experts, Cfg::kTileRows, space.mtiles(o), unit);
     if (lane == 0) {  // the decoded item for warp 1 and the consumers (the arrives below release it)
       put_ring_item(s_items + (j % kItemRing) * kItemInts, RingItem{w, o, part, parts, sunit, it});
       mbar_arrive(&item_bar[j % kItemRing]);
@@ -155,6 +156,41 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
     }
     if (nahead == 0) fetched = fetch_work_item(p.counters, lane);
   }
+}
+
+// The e4m3 tile's token stages (warp 1, every lane): the item's one token (problem row src), split stage
+// by stage into the stage's e4m3 token tile (sm90_e4m3.h). Lane l takes half l % 2 of k16 block l / 2 of
+// the stage: one 16-byte load (e4m3_token_load), then, once the stage is free, the pair of lanes finds
+// the block's exponent and each lane stores its 8 hi and 8 lo bytes, the even lane the exponent (int32 at
+// kE4m3ExponentOffset + 4 * block) and every lane's arrive on the full barrier (its 32 producer
+// arrivals, as on the cp.async path: e4m3_token_store). As for the cp.async path's generic-proxy writes,
+// the consumers' fence.proxy.async after their wait orders these stores before their wgmmas; a fence here
+// as well compiled to MEMBAR.ALL.CTA, which waited for this lane's loads of the next stages and made every
+// stage cost an L2 round trip (docs/perf.md, sm90 step 50). The loads go to L2 (ld.global.cg): in a
+// chained launch FC2's rows were stored by other CTAs and are read after the acquire of their hand-over
+// counters.
+template <class Op>
+__device__ __forceinline__ uint4 e4m3_token_load(const Op& q, int src, int stage_k, int lane) {
+  const int k = stage_k + 8 * lane;
+  uint4 x = make_uint4(0u, 0u, 0u, 0u);
+  if (k < q.k) x = __ldcg(reinterpret_cast<const uint4*>(q.a + static_cast<int64_t>(src) * q.a_ld + k));
+  return x;
+}
+template <class Cfg>
+__device__ __forceinline__ void e4m3_token_store(const uint4& x, uint8_t* st, uint64_t* empty, uint32_t phase,
+                                                 uint64_t* full, int lane) {
+  static_assert(Cfg::kBK / 16 == 16, "one k16 block per pair of lanes");
+  mbar_wait(empty, phase ^ 1u);
+  uint2 hi, lo;
+  int e;
+  e4m3_split_half(x, hi, lo, e);
+  const int blk = lane >> 1, kb = blk >> 2, jb = blk & 3, h = lane & 1;
+  uint8_t* sub = st + (kb >> 1) * 1024;
+  const int kk = 64 * (kb & 1) + 16 * jb + 8 * h;
+  *reinterpret_cast<uint2*>(sub + e4m3_token_offset(2 * jb, kk)) = hi;
+  *reinterpret_cast<uint2*>(sub + e4m3_token_offset(2 * jb + 1, kk)) = lo;
+  if (h == 0) reinterpret_cast<int*>(st + Cfg::kE4m3ExponentOffset)[blk] = e;
+  mbar_arrive(full);
 }
 
 // Warp 1: the token rows of every stage.
@@ -234,52 +270,97 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
         wait_rows = false;
       }
     }
-    for (int ks = 0; ks < nstages; ++ks) {
-      const int chunk0 = (stage0 + ks) * Cfg::kChunksPerStage;
-      if (kMode == LaunchMode::kChain && wait_rows) {
-        const int g = stage0 + ks;
-        if (g - rbase >= 32 || ((ready >> (g - rbase)) & 1u) == 0u) {
-          do poll(g);
-          while ((ready & 1u) == 0u);
-        }
-      }
-      if (ks == 0 && lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());
-      mbar_wait(&empty[stage], phase ^ 1u);
-      uint8_t* st = smem + stage * Cfg::kStageBytes;
-      if (q.tok_tma) {
-        if (lane == 0)
+    if constexpr (Cfg::kE4m3) {
+      // Each lane keeps the loads of up to kAhead - 1 later stages in flight while it splits one (unrolled
+      // by kAhead, so each load has its own registers): a load waited for at every stage would cost the
+      // L2 round trip per stage wherever the weights arrive faster than that (the launch's tail). A
+      // chained FC2 stage is loaded ahead only once the last poll showed its rows stored; else at its turn,
+      // after the wait.
+      constexpr int kAhead = 3;
+      const int src = s_rows[0];
+      const auto rows_known = [&](int g) {
+        return !(kMode == LaunchMode::kChain && wait_rows) ||
+               (g >= rbase && g - rbase < 32 && ((ready >> (g - rbase)) & 1u));
+      };
+      uint4 x[kAhead];
+      int issued = 0;  // stages [0, issued) of the item have their loads issued
+      for (int ks0 = 0; ks0 < nstages; ks0 += kAhead) {
 #pragma unroll
-          for (int sb = 0; sb < Cfg::kChunksPerStage; ++sb)
-            tma_load_2d(st + sb * Cfg::kTokenSubTileBytes, &q.tok_map, chunk0 * kPackK + sb * 64, it.row_begin,
-                        &full[stage]);
-      } else {
-        const uint32_t tok_base = smem_addr(st) + col_off;
-        const int k = chunk0 * kPackK + c * 8;
-        const uint32_t src_bytes = k < q.k ? 16u : 0u;
-        const uint16_t* a_col = q.a + (k < q.k ? k : 0);
-        // The source rows of a batch are read from the table before any of its copies is issued: each
-        // cp.async is a memory-clobbering asm, so a lookup placed after one waits for it, and under the
-        // consumers' wgmmas a shared-memory load takes hundreds of cycles (one lookup per copy made the
-        // producer a bottleneck, docs/perf.md step 9). The batch loop is not unrolled (fully unrolled, an
-        // m128n64k128 tile, since dropped, spilled in the producer's 56 registers).
-#pragma unroll 1
-        for (int j0 = 0; j0 < kCopies; j0 += kBatch) {
-          int src_row[kBatch];
+        for (int r = 0; r < kAhead; ++r) {
+          const int ks = ks0 + r;
+          if (ks < nstages) {
+            if (ks >= issued) {
+              const int g = stage0 + ks;
+              if (kMode == LaunchMode::kChain && wait_rows && !rows_known(g)) {
+                do poll(g);
+                while ((ready & 1u) == 0u);
+              }
+              x[r] = e4m3_token_load(q, src, g * Cfg::kBK, lane);
+              issued = ks + 1;
+            }
 #pragma unroll
-          for (int jj = 0; jj < kBatch; ++jj) src_row[jj] = s_rows[row0 + (j0 + jj) * kRowStep];
-#pragma unroll
-          for (int jj = 0; jj < kBatch; ++jj) {
-            const int row = row0 + (j0 + jj) * kRowStep;
-            if (src_row[jj] >= 0)
-              cp_async_16(tok_base + row * 128 + (((c % 8) ^ (row % 8)) << 4),
-                          a_col + static_cast<int64_t>(src_row[jj]) * q.a_ld, src_bytes);
+            for (int d = 1; d < kAhead; ++d)
+              if (ks + d == issued && issued < nstages && rows_known(stage0 + issued)) {
+                x[(r + d) % kAhead] = e4m3_token_load(q, src, (stage0 + issued) * Cfg::kBK, lane);
+                ++issued;
+              }
+            if (ks == 0 && lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());
+            e4m3_token_store<Cfg>(x[r], smem + stage * Cfg::kStageBytes, &empty[stage], phase, &full[stage], lane);
+            if (++stage == Cfg::kStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
           }
         }
       }
-      cp_async_arrive_noinc(&full[stage]);
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1u;
+    } else {
+      for (int ks = 0; ks < nstages; ++ks) {
+        const int chunk0 = (stage0 + ks) * Cfg::kChunksPerStage;
+        if (kMode == LaunchMode::kChain && wait_rows) {
+          const int g = stage0 + ks;
+          if (g - rbase >= 32 || ((ready >> (g - rbase)) & 1u) == 0u) {
+            do poll(g);
+            while ((ready & 1u) == 0u);
+          }
+        }
+        if (ks == 0 && lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());
+        mbar_wait(&empty[stage], phase ^ 1u);
+        uint8_t* st = smem + stage * Cfg::kStageBytes;
+        if (q.tok_tma) {
+          if (lane == 0)
+  #pragma unroll
+            for (int sb = 0; sb < Cfg::kChunksPerStage; ++sb)
+              tma_load_2d(st + sb * Cfg::kTokenSubTileBytes, &q.tok_map, chunk0 * kPackK + sb * 64, it.row_begin,
+                          &full[stage]);
+        } else {
+          const uint32_t tok_base = smem_addr(st) + col_off;
+          const int k = chunk0 * kPackK + c * 8;
+          const uint32_t src_bytes = k < q.k ? 16u : 0u;
+          const uint16_t* a_col = q.a + (k < q.k ? k : 0);
+          // The source rows of a batch are read from the table before any of its copies is issued: each
+          // cp.async is a memory-clobbering asm, so a lookup placed after one waits for it, and under the
+          // consumers' wgmmas a shared-memory load takes hundreds of cycles (one lookup per copy made the
+          // producer a bottleneck, docs/perf.md step 9). The batch loop is not unrolled (fully unrolled, an
+          // m128n64k128 tile, since dropped, spilled in the producer's 56 registers).
+  #pragma unroll 1
+          for (int j0 = 0; j0 < kCopies; j0 += kBatch) {
+            int src_row[kBatch];
+  #pragma unroll
+            for (int jj = 0; jj < kBatch; ++jj) src_row[jj] = s_rows[row0 + (j0 + jj) * kRowStep];
+  #pragma unroll
+            for (int jj = 0; jj < kBatch; ++jj) {
+              const int row = row0 + (j0 + jj) * kRowStep;
+              if (src_row[jj] >= 0)
+                cp_async_16(tok_base + row * 128 + (((c % 8) ^ (row % 8)) << 4),
+                            a_col + static_cast<int64_t>(src_row[jj]) * q.a_ld, src_bytes);
+            }
+          }
+        }
+        cp_async_arrive_noinc(&full[stage]);
+        if (++stage == Cfg::kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
       }
     }
   }

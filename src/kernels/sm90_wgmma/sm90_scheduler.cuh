@@ -1,7 +1,8 @@
 // Scheduler of the sm90 family: the device-built work list of a persistent grid.
 //
 // Work item = (op, expert e, CTA m-tile mt, token tile tt[, K part r]). Expert e has rows_e = offsets[e+1] -
-// offsets[e] rows and tiles_e = ceil(rows_e / BN) token tiles; an op (FC1 or FC2) with `mtiles` m-tiles
+// offsets[e] rows and tiles_e = ceil(rows_e / BN) token tiles (BN: the tile's token rows per item,
+// TileConfig::kTileRows, 1 on the e4m3 tile); an op (FC1 or FC2) with `mtiles` m-tiles
 // (BM packed rows each) has units_e = tiles_e * mtiles tiles (units) of expert e, one work item each
 // unless the op splits K (below: S items per unit). At kernel start one warp reads
 // the E+1 offsets (the host never sees them) and writes into shared memory

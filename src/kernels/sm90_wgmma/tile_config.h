@@ -80,11 +80,14 @@ constexpr int64_t split_partial_bytes(int bm, int bn) {
 // setmaxnreg targets of the producer and consumer warpgroups. The CTA's pool is launch * threads; what the
 // producer gives back must cover what the consumers take: 128 (launch - producer) >= 128 CONS (consumer -
 // launch). Two consumers: one CTA per SM 168 -> 56 / 224, two CTAs 80 -> 48 / 96. Four consumers (one CTA
-// of 640 threads): 96 -> 40 / 104, about the two-CTA tile's consumer budget.
-template <int CTAS, int CONS>
+// of 640 threads): 96 -> 40 / 104, about the two-CTA tile's consumer budget; the e4m3 tile (kWideProducer:
+// its token producer splits activations, and with its loads ahead ptxas spilled in 40 registers) 96 ->
+// 56 / 104, what the pool leaves (128 x 40 >= 512 x 8).
+template <int CTAS, int CONS, bool kWideProducer = false>
 struct RegisterPlan {
   static constexpr int kLaunch = CONS == 4 ? 96 : (CTAS == 1 ? 168 : 80);
-  static constexpr int kProducer = CONS == 4 ? 40 : (CTAS == 1 ? 56 : 48);  // 48: all the two-CTA pool allows
+  static constexpr int kProducer =
+      CONS == 4 ? (kWideProducer ? 56 : 40) : (CTAS == 1 ? 56 : 48);  // 48: all the two-CTA pool allows
   static constexpr int kConsumer = CONS == 4 ? 104 : (CTAS == 1 ? 224 : 96);
   static_assert(CTAS == 1 || CTAS == 2, "one or two CTAs per SM");
   static_assert(CONS == 2 || (CONS == 4 && CTAS == 1), "two consumer warpgroups, or four in a lone CTA");
@@ -92,7 +95,12 @@ struct RegisterPlan {
   static_assert(kLaunch * 128 * (1 + CONS) * CTAS <= 65536, "the register file holds CTAS CTAs");
 };
 
-template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS>
+// ACT: the token operand. 16: bf16 token rows (the w4a16 tiles). 8: the e4m3 tile (sm90_e4m3.h): items of
+// one token, whose bf16 activations the token producer splits into two e4m3 halves per k16 block, and
+// weights in the kSm90E4m3 layout, on m64n8k32 e4m3 wgmmas. Its stage's token region holds the e4m3 token
+// tile (BK/128 sub-tiles of 1 KB, written by the producer warp's lanes) and, at kE4m3ExponentOffset, the
+// stage's BK/16 block exponents (int32); units it never writes stay zero from the kernel's start.
+template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS, int ACT = 16>
 struct TileConfig {
   static constexpr int kBM = BM;   // packed weight rows per CTA tile (wgmma M side); FC1: BM/2 output columns
   static constexpr int kBN = BN;   // tokens per CTA tile (wgmma N)
@@ -100,8 +108,10 @@ struct TileConfig {
   static constexpr int kStages = STAGES;
   static constexpr int kCtasPerSm = CTAS;  // resident CTAs per SM the tile is sized for (latency hiding)
   static constexpr int kConsumers = CONS;  // consumer warpgroups
+  static constexpr bool kE4m3 = ACT == 8;  // the e4m3 tile (above)
+  static constexpr int kTileRows = kE4m3 ? 1 : BN;  // token rows per work item (token tile)
   static constexpr int kThreads = 128 * (1 + CONS);
-  using Regs = RegisterPlan<CTAS, CONS>;
+  using Regs = RegisterPlan<CTAS, CONS, ACT == 8>;
   static constexpr int kM64PerCta = BM / 64;
   static constexpr int kM64PerConsumer = BM / 64 / CONS;
   static constexpr int kChunksPerStage = BK / kPackK;   // packed k64 blocks per tile and stage
@@ -122,6 +132,8 @@ struct TileConfig {
   static constexpr bool kRoutes = BN == 8;
   static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
+  static constexpr int kE4m3TileBytes = BK / 128 * 1024;  // the e4m3 token tile of a stage
+  static constexpr int kE4m3ExponentOffset = kE4m3TileBytes;  // then BK/16 int32 block exponents
 
   static_assert(BM % (64 * CONS) == 0 && BM <= 256, "BM must be 128 or 256: each consumer warpgroup owns whole 64-row tiles");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN is wgmma's N: a multiple of 8 in [8, 256]");
@@ -133,6 +145,11 @@ struct TileConfig {
                 "CTAS CTAs must fit an H100/H200 SM's 227 KB of shared memory");
   static_assert(kTokenSubTileBytes % 1024 == 0, "token sub-tiles must keep the 1024-byte swizzle alignment");
   static_assert(kTokenChunks % 32 == 0, "the token producer warp's lanes share the token copies evenly");
+  static_assert(ACT == 16 || ACT == 8, "tokens are bf16 (16) or split into e4m3 halves (8)");
+  static_assert(!kE4m3 || (BN == 8 && BK == 256 && BM == 64 * CONS),
+                "the e4m3 tile: N = 8 (one token's four k16 blocks x two halves), k256 stages (one block per "
+                "lane of the token producer), one 64-row tile per consumer warpgroup");
+  static_assert(!kE4m3 || kE4m3ExponentOffset + BK / 16 * 4 <= kTokenBytes, "the e4m3 token tile and exponents fit the token region");
 };
 
 }  // namespace sm90
