@@ -13,6 +13,7 @@
 
 #include <climits>
 
+#include "common/bf16x8.cuh"
 #include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
@@ -23,15 +24,6 @@ namespace fp4moe::engine {
 namespace {
 
 constexpr int kFinalizeThreads = 256;
-
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
 
 // kBatch > 0: topk <= kBatch, and every row index, weight and 16-byte row load of the token is issued
 // before the first add (decode: one token's 8 rows are 8 independent loads instead of a chain of 8
@@ -49,7 +41,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   auto add_row = [&](const uint4& v, float w) {
     float f[8];
-    unpack8(v, f);
+    bf16x8_to_f32(v, f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, f[i]));
   };
@@ -83,7 +75,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   if (shared_row) {
     if constexpr (kBatch == 0) vs = *shared_row;
     float f[8];
-    unpack8(vs, f);
+    bf16x8_to_f32(vs, f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], f[i]);
   }

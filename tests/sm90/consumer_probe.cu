@@ -13,15 +13,14 @@
 //   consumer    the four-consumer tile's consumer loop as built (consume_pipelined, sm90_consumer.cuh;
 //               FP4MOE_SM90_SPLIT_ACCUMULATORS picks its accumulator sets) with a producer thread that
 //               only arrives on the full barriers, so every stage is ready at once.
-//   e4m3 loop   the same stages and barriers, consumed the way an e4m3 path would (sm90 step 48; not a
-//               tactic, no kernel of the library does this): with one token per expert, B's eight columns
-//               are the four k16 blocks of a k64 chunk times the (hi, lo) e4m3 halves of the token's
-//               activations, so a chunk is two m64n8k32 e4m3 wgmmas into a fresh accumulator, and the
-//               block scales are four FFMAs a chunk once that accumulator has retired. The codes are read
-//               as if packed byte-wise for it (5 integer operations a word of 8; the kSm90Interleaved
-//               layout would need 14); one or two chunks per commit group, two A buffers, the group's
-//               accumulators read after wait_group 0 (ptxas serialises every wgmma when an accumulator is
-//               read after wait_group 1), the next group decoded before that wait.
+//   e4m3 loop   the same stages and barriers, consumed by the e4m3 tile's loop as built (consume_item_e4m3,
+//               sm90_consumer.cuh; sm90 steps 48-50): one token per item, B's eight columns the four k16
+//               blocks of a k64 chunk times the (hi, lo) e4m3 halves of the token's activations, so a chunk
+//               is two m64n8k32 e4m3 wgmmas into a fresh accumulator, and the block factors (scale and
+//               activation exponent) four FFMAs a chunk once that accumulator has retired; two chunks per
+//               commit group, two A buffers, the group's accumulators read after wait_group 0, the next
+//               group decoded before that wait. (Step 48 timed this loop's first form, without the
+//               exponents, with one or two chunks a group: 1143 / 1095 clocks a stage.)
 //   e4m3 wgmma  that loop's m64n8k32 e4m3 wgmmas alone (A constant, one accumulator, 4 warpgroups).
 // Usage: sm90_consumer_probe [--stages N]  (sm_90 GPUs only; exits 77 elsewhere)
 #include <cuda_runtime.h>
@@ -194,101 +193,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) consumer_kernel(int items, i
   if (tid == 0) clocks[blockIdx.x * 4 + wg - 1] = c1 - c0;
 }
 
-// ---- the e4m3 loop (see the header) -----------------------------------------------------------------
-// The wgmma (wgmma_e4m3_m64n8k32) and the word decode (decode_e4m3_word) are the e4m3 path's own
-// (sm90_e4m3.cuh / sm90_e4m3.h).
+// ---- the e4m3 tile's consumer loop (see the header) --------------------------------------------------
+using E4Cfg = TileConfig<256, 8, 256, 5, 1, 4, 8>;  // sm90.w4e4m3.m256n1k256.ws.s5.c4
+static_assert(E4Cfg::kStageBytes == Cfg::kStageBytes && E4Cfg::kStages == Cfg::kStages &&
+                  E4Cfg::kThreads == Cfg::kThreads,
+              "the e4m3 tile consumes the n8 tile's stage ring");
 
-// The E5M3u scale byte (sm90_layout.h) -> (scale * 2^107) as fp32.
-__device__ __forceinline__ float scale_f32(uint32_t shifted) { return __uint_as_float(and_or(shifted, 0x0FF00000u, 0x70000000u)); }
-
-// kG chunks per commit group (1 or 2; four would need 64 A registers and spill): the group's chunks go to
-// kG accumulators, read after wait_group 0 once the next group's chunks are decoded.
-template <int kG>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) e4m3_consumer_kernel(int items, int item_stages, float* out,
-                                                                         long long* clocks, int zero) {
-  static_assert(kG == 1 || kG == 2, "one or two chunks per commit group");
+// Warpgroup 0 plays the weight producer; warpgroups 1-4 run consume_item_e4m3 (sm90_consumer.cuh) over
+// items of `item_stages`. zero: a run-time 0 (LaunchParams::zero).
+__global__ void __launch_bounds__(E4Cfg::kThreads, 1) e4m3_consumer_kernel(int items, int item_stages, float* out,
+                                                                          long long* clocks, int zero) {
   extern __shared__ uint8_t smem_raw[];
   const auto [smem, full, empty] = init_stage_ring(smem_raw);
   const int wg = threadIdx.x / 128;
-  const int nstages = items * item_stages;
   if (wg == 0) {
-    setmaxnreg_dec<Cfg::Regs::kProducer>();
-    fake_weight_producer(full, empty, nstages);
+    setmaxnreg_dec<E4Cfg::Regs::kProducer>();
+    fake_weight_producer(full, empty, items * item_stages);
     return;
   }
-  setmaxnreg_inc<Cfg::Regs::kConsumer>();
-  const int tid = threadIdx.x % 128, tile = wg - 1;
-  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2), q = tid & 3;
-  float acc[kG][4] = {};  // read after wait_group 0, before the next group's wgmmas
-  uint32_t a[2][kG][2][4];
-  float sc[2][kG][2] = {};
-  float f0 = 0.f, f1 = 0.f, total = 0.f;
-  int stage = 0, release = 0;
+  setmaxnreg_inc<E4Cfg::Regs::kConsumer>();
+  const int tid = threadIdx.x % 128;
+  int stage = 0;
   uint32_t phase = 0;
+  float total = 0.f;
   const long long c0 = clock64();
-  for (int st = 0; st < nstages; ++st) {
-    mbar_wait(&full[stage], phase);
-    fence_proxy_async_smem();
-    const uint8_t* sp = smem + stage * Cfg::kStageBytes;
-    const uint64_t desc0 = make_desc_sw128(smem_addr(sp));
-    const uint8_t* wt = sp + Cfg::kTokenBytes + tile * Cfg::kWeightTileBytes;
-#pragma unroll
-    for (int grp = 0; grp < 4 / kG; ++grp) {
-      const int b = grp & 1;
-      // the group's A fragments and scales, while the previous group's wgmmas run
-#pragma unroll
-      for (int c = 0; c < kG; ++c) {
-        const uint8_t* blk = wt + (grp * kG + c) * kPackBlockBytes;
-        const uint4 codes = *reinterpret_cast<const uint4*>(blk + 16 * tid);
-        const uint32_t h = *reinterpret_cast<const uint16_t*>(blk + kPackCodeBytes + 8 * quad + 2 * q);
-        decode_e4m3_word(codes.x, a[b][c][0][0], a[b][c][0][1]);
-        decode_e4m3_word(codes.y, a[b][c][0][2], a[b][c][0][3]);
-        decode_e4m3_word(codes.z, a[b][c][1][0], a[b][c][1][1]);
-        decode_e4m3_word(codes.w, a[b][c][1][2], a[b][c][1][3]);
-        sc[b][c][0] = scale_f32(h << 20);
-        sc[b][c][1] = scale_f32(h << 12);
-      }
-      wgmma_wait<0>();  // the previous group has retired: its accumulators, then its A buffer, are free
-#pragma unroll
-      for (int c = 0; c < kG; ++c) {  // (before the first group: zeros)
-        f0 = fmaf(sc[b ^ 1][c][0], acc[c][0], f0);
-        f0 = fmaf(sc[b ^ 1][c][0], acc[c][1], f0);
-        f1 = fmaf(sc[b ^ 1][c][1], acc[c][2], f1);
-        f1 = fmaf(sc[b ^ 1][c][1], acc[c][3], f1);
-      }
-      if (grp == 0 && st > 0) {  // the previous stage's last group retired
-        release_stage(&empty[release]);
-        if (++release == Cfg::kStages) release = 0;
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int c = 0; c < kG; ++c) {
-        const int kb = grp * kG + c;
-        const uint64_t dk = e4m3_chunk_desc(desc0, kb);
-        wgmma_e4m3_m64n8k32(acc[c], a[b][c][0], dk, zero);
-        wgmma_e4m3_m64n8k32(acc[c], a[b][c][1], dk + 2, 1);
-      }
-      wgmma_commit();
-    }
-    if (++stage == Cfg::kStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
-    if ((st + 1) % item_stages == 0) {  // an item's end: the quad's four blocks summed
-      f0 += __shfl_xor_sync(0xffffffffu, f0, 1);
-      f0 += __shfl_xor_sync(0xffffffffu, f0, 2);
-      f1 += __shfl_xor_sync(0xffffffffu, f1, 1);
-      f1 += __shfl_xor_sync(0xffffffffu, f1, 2);
-      total += f0 + f1;
-      f0 = f1 = 0.f;
-    }
+  for (int it = 0; it < items; ++it) {
+    float f0, f1;
+    consume_item_e4m3<E4Cfg>(smem, full, empty, item_stages, wg - 1, tid, zero, f0, f1, stage, phase);
+    total += f0 + f1;
   }
-  wgmma_wait<0>();
-  constexpr int kLast = (4 / kG - 1) & 1;
-#pragma unroll
-  for (int c = 0; c < kG; ++c)
-    total += sc[kLast][c][0] * (acc[c][0] + acc[c][1]) + sc[kLast][c][1] * (acc[c][2] + acc[c][3]);
-  release_stage(&empty[release]);
   const long long c1 = clock64();
   out[blockIdx.x * blockDim.x + threadIdx.x] = total;
   if (tid == 0) clocks[blockIdx.x * 4 + wg - 1] = c1 - c0;
@@ -407,9 +340,7 @@ int probe_main(int stages) {
   FP4MOE_CUDA_THROW(cudaFuncSetAttribute(mma_sync_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem));
   FP4MOE_CUDA_THROW(cudaFuncSetAttribute(consumer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
   FP4MOE_CUDA_THROW(
-      cudaFuncSetAttribute(e4m3_consumer_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
-  FP4MOE_CUDA_THROW(
-      cudaFuncSetAttribute(e4m3_consumer_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
+      cudaFuncSetAttribute(e4m3_consumer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, consumer_smem));
   FP4MOE_CUDA_THROW(cudaFuncSetAttribute(e4m3_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem));
   const int item_stages = 24, items = stages / item_stages, consumer_stages = items * item_stages;
   std::printf("consumer loop built with %d accumulator set(s) for N = 8\n", accumulator_sets<Cfg::kBN>());
@@ -430,11 +361,8 @@ int probe_main(int stages) {
     print("e4m3 wgmma, 4 warpgroups (step 48)", time_case(sms, stages, d_clocks, [&] {
             e4m3_wgmma_kernel<<<sms, 512, kSmallSmem>>>(stages, d_out, d_clocks);
           }), 4);
-    print("e4m3 loop, 1 chunk a group", time_case(sms, consumer_stages, d_clocks, [&] {
-            e4m3_consumer_kernel<1><<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks, 0);
-          }), 4);
-    print("e4m3 loop, 2 chunks a group", time_case(sms, consumer_stages, d_clocks, [&] {
-            e4m3_consumer_kernel<2><<<sms, Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks, 0);
+    print("e4m3 tile's loop (consume_item_e4m3)", time_case(sms, consumer_stages, d_clocks, [&] {
+            e4m3_consumer_kernel<<<sms, E4Cfg::kThreads, consumer_smem>>>(items, item_stages, d_out, d_clocks, 0);
           }), 4);
   }
   FP4MOE_CUDA_THROW(cudaFree(d_out));

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/bf16x8.cuh"
 #include "kernels/sm90_wgmma/sm90_e4m3.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 
@@ -34,15 +35,6 @@ __device__ __forceinline__ void e4m3_split_word(const float* v, uint32_t& hi, ui
     const uint32_t h = cvt_e4m3x2(v[b + 1], v[b]);  // byte 0: element b, byte 1: element b + 1
     hi |= h << (8 * b);
     lo |= cvt_e4m3x2(v[b + 1] - e4m3_to_f32(h >> 8), v[b] - e4m3_to_f32(h)) << (8 * b);
-  }
-}
-// Eight bf16 activations (element 0 in the low half of x.x) -> floats.
-__device__ __forceinline__ void bf16x8_to_f32(const uint4& x, float (&v)[8]) {
-  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   }
 }
 
