@@ -1,7 +1,7 @@
 // Device side of the e4m3 path (formats: sm90_e4m3.h): one token's activations split into an e4m3 token
 // tile, and one packed k64 chunk of a 64-row tile multiplied with it on two m64n8k32 e4m3 wgmmas. Checked
 // against the CPU reference by sm90_e4m3_test; the e4m3 tile's token producer (sm90_producer.cuh,
-// e4m3_token_stage) and consumers (sm90_consumer.cuh, consume_item_e4m3) are built from them.
+// e4m3_token_load / e4m3_token_store) and consumers (sm90_consumer.cuh, consume_item_e4m3) are built from them.
 #pragma once
 #include <cstdint>
 

@@ -24,9 +24,9 @@
 // expects 128 CONS arrivals (every consumer thread).
 // Packed weight and scale layout: sm90_layout.h (kSm90Interleaved).
 // The e4m3 tile (TileConfig ACT = 8, sm90_e4m3.h) runs the same kernel with items of one token: warp 1's
-// lanes load and split that token's activations into each stage's e4m3 token tile (e4m3_token_stage)
-// instead of copying bf16 rows, the consumers run consume_item_e4m3 on the kSm90E4m3 layout, and the
-// epilogue stores the token's column from the quad sums.
+// lanes load and split that token's activations into each stage's e4m3 token tile (e4m3_token_load,
+// e4m3_token_store) instead of copying bf16 rows, the consumers run consume_item_e4m3 on the kSm90E4m3
+// layout, and the epilogue stores the token's column from the quad sums.
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only; nothing from the driver library is linked)
 #include <cuda_bf16.h>
