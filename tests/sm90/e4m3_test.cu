@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(128) e4m3_tile_kernel(const uint8_t* packed, c
   __syncthreads();
   fence_proxy_async_smem();
   const uint64_t desc0 = make_desc_sw128(smem_addr(tok));
-  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2), q = tid & 3;
+  const int q = tid & 3;
   float f0 = 0.f, f1 = 0.f;
   for (int kb = 0; kb < kchunks; ++kb) {
     const uint8_t* blk = wts + kb * kPackBlockBytes;
@@ -62,8 +62,7 @@ __global__ void __launch_bounds__(128) e4m3_tile_kernel(const uint8_t* packed, c
     e4m3_issue_chunk(a, e4m3_chunk_desc(desc0, kb), zero, d);
     wgmma_commit();
     wgmma_wait<0>();
-    const uint32_t h = *reinterpret_cast<const uint16_t*>(blk + kPackCodeBytes + 8 * quad + 2 * q);
-    e4m3_accumulate(d, h, exps[4 * kb + q], f0, f1);
+    e4m3_accumulate(d, e4m3_quad_scales(blk, tid), exps[4 * kb + q], f0, f1);
   }
   f0 = quad_sum(f0);
   f1 = quad_sum(f1);

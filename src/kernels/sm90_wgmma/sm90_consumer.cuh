@@ -291,7 +291,7 @@ __device__ __forceinline__ void consume_item_e4m3(uint8_t* smem, uint64_t* full,
                                                   uint32_t& phase) {
   static_assert(Cfg::kE4m3 && Cfg::kChunksPerStage == 4, "the e4m3 tile: four chunks a stage, two groups of two");
   constexpr int kG = 2;  // chunks per commit group
-  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2), q = tid & 3;
+  const int q = tid & 3;
   float acc[kG][4];
   uint32_t a[2][kG][8];
   uint32_t sc[2][kG];  // the quad's scale half-word of block q (row R0 low byte, R1 high)
@@ -313,7 +313,7 @@ __device__ __forceinline__ void consume_item_e4m3(uint8_t* smem, uint64_t* full,
         const int kb = grp * kG + c;
         const uint8_t* blk = wt + kb * kPackBlockBytes;
         e4m3_decode_chunk(blk, tid, a[b][c]);
-        sc[b][c] = *reinterpret_cast<const uint16_t*>(blk + kPackCodeBytes + 8 * quad + 2 * q);
+        sc[b][c] = e4m3_quad_scales(blk, tid);
         ex[b][c] = exps[4 * kb + q];
       }
       wgmma_wait<0>();  // the previous group retired: its accumulators, then its A buffer, are free

@@ -112,8 +112,15 @@ __device__ __forceinline__ void e4m3_issue_chunk(const uint32_t (&a)[8], uint64_
   wgmma_e4m3_m64n8k32(d, a, desc, zero);
   wgmma_e4m3_m64n8k32(d, a + 4, desc + 2, 1);
 }
+// The scale half-word that thread tid's quad (rows R0 and R1 of warp tid / 32's 16) needs for block
+// q = tid % 4 of the packed chunk at `block`: row R0's E5M3u scale in the low byte, R1's in the high
+// (e4m3_scale_site of both rows).
+__device__ __forceinline__ uint32_t e4m3_quad_scales(const uint8_t* block, int tid) {
+  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2);
+  return *reinterpret_cast<const uint16_t*>(block + kPackCodeBytes + 8 * quad + 2 * (tid & 3));
+}
 // After the chunk's wgmmas retired: rows R0 and R1 of block q (q = tid % 4) scaled into f0 and f1.
-// u: the quad's scale half-word for block q (2048 + 8 * quad + 2q); e: block q's activation exponent.
+// u: e4m3_quad_scales of the chunk; e: block q's activation exponent.
 __device__ __forceinline__ void e4m3_accumulate(const float (&d)[4], uint32_t u, int e, float& f0, float& f1) {
   f0 = fmaf(__uint_as_float(e4m3_block_factor_bits(u & 0xFFu, e)), d[0] + d[1], f0);
   f1 = fmaf(__uint_as_float(e4m3_block_factor_bits(u >> 8, e)), d[2] + d[3], f1);

@@ -253,6 +253,17 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       __syncwarp();
       if (lane == 0) fence_proxy_async_global();
     };
+    // Whether stage g's rows are known stored (always, where the item waits for none), and the wait for them.
+    const auto rows_known = [&](int g) {
+      return !(kMode == LaunchMode::kChain && wait_rows) ||
+             (g >= rbase && g - rbase < 32 && ((ready >> (g - rbase)) & 1u));
+    };
+    const auto await_rows = [&](int g) {
+      if (!rows_known(g)) {
+        do poll(g);
+        while ((ready & 1u) == 0u);
+      }
+    };
     if (kMode == LaunchMode::kChain && o == 1 && !fc1_done) {
       if (lane == 0 && ld_acquire_gpu(&p.counters[2]) >= fc1_all) {
         fc1_done = true;
@@ -278,10 +289,6 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       // after the wait.
       constexpr int kAhead = 3;
       const int src = s_rows[0];
-      const auto rows_known = [&](int g) {
-        return !(kMode == LaunchMode::kChain && wait_rows) ||
-               (g >= rbase && g - rbase < 32 && ((ready >> (g - rbase)) & 1u));
-      };
       uint4 x[kAhead];
       int issued = 0;  // stages [0, issued) of the item have their loads issued
       for (int ks0 = 0; ks0 < nstages; ks0 += kAhead) {
@@ -291,10 +298,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
           if (ks < nstages) {
             if (ks >= issued) {
               const int g = stage0 + ks;
-              if (kMode == LaunchMode::kChain && wait_rows && !rows_known(g)) {
-                do poll(g);
-                while ((ready & 1u) == 0u);
-              }
+              await_rows(g);
               x[r] = e4m3_token_load(q, src, g * Cfg::kBK, lane);
               issued = ks + 1;
             }
@@ -316,13 +320,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
     } else {
       for (int ks = 0; ks < nstages; ++ks) {
         const int chunk0 = (stage0 + ks) * Cfg::kChunksPerStage;
-        if (kMode == LaunchMode::kChain && wait_rows) {
-          const int g = stage0 + ks;
-          if (g - rbase >= 32 || ((ready >> (g - rbase)) & 1u) == 0u) {
-            do poll(g);
-            while ((ready & 1u) == 0u);
-          }
-        }
+        await_rows(stage0 + ks);
         if (ks == 0 && lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());
         mbar_wait(&empty[stage], phase ^ 1u);
         uint8_t* st = smem + stage * Cfg::kStageBytes;
