@@ -66,7 +66,7 @@ struct BenchOptions {
   double matmul_tflops = 744; // bf16 dense ceiling (DESIGN.md section 6 measured 744 to 790 on this H200)
   std::string tactic;         // force one tactic for FC1 and FC2
   std::string family;         // choose only among this family's tactics
-  std::string exclude;        // comma-separated tactic names the engine must not choose
+  std::vector<std::string> exclude;  // tactic names the engine must not choose
   bool extra_layouts = false; // EngineOptions::extra_weight_layouts
   std::string dump_dir;
   std::string trace_path;     // --trace FILE: sm90 timeline records of one replay per T (trace builds)
@@ -208,16 +208,11 @@ int bench_command(const BenchOptions& o) {
     }
     FP4MOE_CHECK(known, StatusCode::kInvalidArgument, "--family {}: no tactic of that family in this build", o.family);
   }
-  {
-    std::stringstream ss(o.exclude);
-    std::string name;
-    while (std::getline(ss, name, ',')) {
-      if (name.empty()) continue;
-      const bool known = std::any_of(all_tactic_descs().begin(), all_tactic_descs().end(),
-                                     [&](const TacticDesc& d) { return d.name == name; });
-      FP4MOE_CHECK(known, StatusCode::kInvalidArgument, "--exclude: unknown tactic '{}' (fp4moe doctor lists them)", name);
-      eo.excluded_tactics.push_back(name);
-    }
+  for (const std::string& name : o.exclude) {
+    const bool known = std::any_of(all_tactic_descs().begin(), all_tactic_descs().end(),
+                                   [&](const TacticDesc& d) { return d.name == name; });
+    FP4MOE_CHECK(known, StatusCode::kInvalidArgument, "--exclude: unknown tactic '{}' (fp4moe doctor lists them)", name);
+    eo.excluded_tactics.push_back(name);
   }
   std::unique_ptr<MoeEngine> engine;
   const Status st = MoeEngine::create_synthetic(cfg, SyntheticSpec{o.seed}, eo, &engine);
@@ -418,7 +413,8 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--family", o->family, "choose only among the tactics of this family (e.g. portable)");
   sub.add_option("--exclude", o->exclude,
                  "comma-separated tactics the engine must not choose (e.g. sm90.w4e4m3.m256n1k256.ws.s5.c4, which "
-                 "holds a second packed copy of the weights)");
+                 "holds a second packed copy of the weights)")
+      ->delimiter(',');
   sub.add_flag("--extra-layouts", o->extra_layouts,
                "let the engine hold a second packed copy of the weights where a tile with a layout of its own is "
                "the better choice for some T (the sm90 e4m3 decode tile at T = 1); without it that tile runs "
