@@ -32,7 +32,7 @@ GMMA = ("HGMMA", "QGMMA")  # bf16 wgmma; e4m3 wgmma (the e4m3 tile)
 
 
 def is_gmma(ins):
-    return "HGMMA" in ins or "QGMMA" in ins
+    return any(g in ins for g in GMMA)
 
 
 def main():
