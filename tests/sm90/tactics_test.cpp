@@ -189,6 +189,8 @@ std::vector<Case> cases() {
       {GemmOp::kFc2, 256, 256, {0, 2, 0, 0, 1, 0, 0, 0, 9, 0, 0, 1, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 1,
                                  0, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 4},
        0, false, 0, 17},
+      // K past the e4m3 tile's row cache (TileConfig::kRowCacheK = 8192): row 0 comes from L2 like the others.
+      {GemmOp::kFc1SwiGlu, 64, 8320, {1, 2, 0, 1}, 2, false, 8, 18},
   };
 }
 

@@ -26,7 +26,8 @@
 // The e4m3 tile (TileConfig ACT = 8, sm90_e4m3.h) runs the same kernel with items of one token: warp 1's
 // lanes load and split that token's activations into each stage's e4m3 token tile (e4m3_token_load,
 // e4m3_token_store) instead of copying bf16 rows, the consumers run consume_item_e4m3 on the kSm90E4m3
-// layout, and the epilogue stores the token's column from the quad sums.
+// layout, and the epilogue stores the token's column from the quad sums. Where an item's row is known stored
+// and fits, warp 1 first copies it into the row cache in shared memory (TileConfig::kRowCacheK).
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only; nothing from the driver library is linked)
 #include <cuda_bf16.h>
@@ -400,6 +401,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
   uint64_t* item_bar = empty + Cfg::kStages;  // [kItemRing]: warp 0 -> warp 1, one arrive per item
   uint64_t* sig_full = item_bar + kItemRing;   // [kSignalRing]: consumers -> warp 2 (run_signal_warp)
   uint64_t* sig_empty = sig_full + kSignalRing;
+  uint64_t* row_bar = sig_empty + kSignalRing;  // the e4m3 tile's row cache: its bulk copy landed (TileConfig)
   int32_t* s_prefix = reinterpret_cast<int32_t*>(smem + Cfg::kTableOffset);
   int32_t* s_offsets = s_prefix + kMaxExperts + 1;
   int32_t* s_rows = s_offsets + kMaxExperts + 1;
@@ -425,6 +427,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
       mbar_init(&sig_full[i], Cfg::kConsumers * 128);
       mbar_init(&sig_empty[i], 1);
     }
+    if constexpr (Cfg::kE4m3) mbar_init(row_bar, 1);
     fence_barrier_init();
   }
   // With programmatic dependent launch (common/pdl_launch.h, on unless FP4MOE_PDL=0) everything above
@@ -491,7 +494,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     setmaxnreg_dec<Cfg::Regs::kProducer>();
     if (warp == 0)
       run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
-    if (warp == 1) run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
+    if (warp == 1)
+      run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, Cfg::kE4m3 ? row_bar : nullptr,
+                                     lane);
     if (kMode == LaunchMode::kChain && warp == 2)
       run_signal_warp<Cfg>(p, sig_full, sig_empty, s_sig,
                            1 + s_prefix[num_experts] * Handover<Cfg>::stages(p), lane);

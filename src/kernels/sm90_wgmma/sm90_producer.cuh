@@ -168,12 +168,15 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
 // as well compiled to MEMBAR.ALL.CTA, which waited for this lane's loads of the next stages and made every
 // stage cost an L2 round trip (docs/perf.md, sm90 step 50). The loads go to L2 (ld.global.cg): in a
 // chained launch FC2's rows were stored by other CTAs and are read after the acquire of their hand-over
-// counters.
+// counters. `cache` (non-zero): the shared address of the row's element 0 in the row cache
+// (TileConfig::kRowCacheK), which holds the item's K range: the load reads shared memory instead.
 template <class Op>
-__device__ __forceinline__ uint4 e4m3_token_load(const Op& q, int src, int stage_k, int lane) {
+__device__ __forceinline__ uint4 e4m3_token_load(const Op& q, uint32_t cache, int src, int stage_k, int lane) {
   const int k = stage_k + 8 * lane;
   uint4 x = make_uint4(0u, 0u, 0u, 0u);
-  if (k < q.k) x = __ldcg(reinterpret_cast<const uint4*>(q.a + static_cast<int64_t>(src) * q.a_ld + k));
+  if (k < q.k)
+    x = cache != 0u ? ld_shared_u4(cache + 2u * static_cast<uint32_t>(k))
+                    : __ldcg(reinterpret_cast<const uint4*>(q.a + static_cast<int64_t>(src) * q.a_ld + k));
   return x;
 }
 template <class Cfg>
@@ -193,11 +196,12 @@ __device__ __forceinline__ void e4m3_token_store(const uint4& x, uint8_t* st, ui
   mbar_arrive(full);
 }
 
-// Warp 1: the token rows of every stage.
+// Warp 1: the token rows of every stage. row_bar (the e4m3 tile, non-null): the row cache's barrier, one
+// phase per row copied (run by this warp only).
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
                                    uint64_t* item_bar, int32_t* s_prefix,
-                                   const ItemSpace<Cfg, kMode, LaunchParams>& space, int lane) {
+                                   const ItemSpace<Cfg, kMode, LaunchParams>& space, uint64_t* row_bar, int lane) {
   int32_t* s_rows = s_prefix + 2 * (kMaxExperts + 1);
   const int32_t* s_items = s_rows + Cfg::kBN;
   // The token of each grouped row of a batch the launch routed itself (after the item space).
@@ -207,6 +211,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
   const int fc1_all = Cfg::kConsumers * space.units0;  // every FC1 tile signalled
   const int fc2_stages = kMode == LaunchMode::kChain ? Handover<Cfg>::stages(p) : 0;
   bool fc1_done = false;
+  uint32_t row_phase = 0;  // the row cache's barrier phase (the e4m3 tile)
   constexpr int kRowChunks = Cfg::kBK / 8;  // 16-byte chunks per token row per stage
   static_assert(kRowChunks <= 32 && 32 % kRowChunks == 0, "a lane keeps one 16-byte column of the stage");
   // Lane-constant part of the token copies: column chunk c of every row it copies.
@@ -289,6 +294,30 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       // after the wait.
       constexpr int kAhead = 3;
       const int src = s_rows[0];
+      // The item's K range of its row, copied into the row cache at once where every stage's rows are known
+      // stored (always for FC1) and fit: then the stages split from shared memory.
+      uint32_t cache = 0u;  // the shared address of the row's element 0 (k0 of it is the cache's first byte)
+      const int k0 = stage0 * Cfg::kBK;
+      const int kn = min(nstages * Cfg::kBK, q.k - k0);
+      if (kMode == LaunchMode::kChain && wait_rows && kn <= Cfg::kRowCacheK) {
+        poll(stage0);
+        const uint32_t all = nstages >= 32 ? 0xffffffffu : (1u << nstages) - 1u;
+        if ((ready & all) == all) wait_rows = false;
+      }
+      if (row_bar != nullptr && !(kMode == LaunchMode::kChain && wait_rows) && kn <= Cfg::kRowCacheK) {
+        uint8_t* buf = smem + Cfg::kRowCacheOffset;
+        __syncwarp();
+        if (lane == 0) {
+          fence_proxy_async_smem();  // this warp's reads of the previous row before the copy's writes
+          const uint32_t bytes = static_cast<uint32_t>(kn) * 2u;
+          mbar_expect_tx(row_bar, bytes);
+          bulk_copy_g2s(buf, q.a + static_cast<int64_t>(src) * q.a_ld + k0, bytes, row_bar, policy_evict_normal());
+          mbar_arrive(row_bar);
+        }
+        mbar_wait(row_bar, row_phase);
+        row_phase ^= 1u;
+        cache = smem_addr(buf) - 2u * static_cast<uint32_t>(k0);
+      }
       uint4 x[kAhead];
       int issued = 0;  // stages [0, issued) of the item have their loads issued
       for (int ks0 = 0; ks0 < nstages; ks0 += kAhead) {
@@ -299,13 +328,13 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
             if (ks >= issued) {
               const int g = stage0 + ks;
               await_rows(g);
-              x[r] = e4m3_token_load(q, src, g * Cfg::kBK, lane);
+              x[r] = e4m3_token_load(q, cache, src, g * Cfg::kBK, lane);
               issued = ks + 1;
             }
 #pragma unroll
             for (int d = 1; d < kAhead; ++d)
               if (ks + d == issued && issued < nstages && rows_known(stage0 + issued)) {
-                x[(r + d) % kAhead] = e4m3_token_load(q, src, (stage0 + issued) * Cfg::kBK, lane);
+                x[(r + d) % kAhead] = e4m3_token_load(q, cache, src, (stage0 + issued) * Cfg::kBK, lane);
                 ++issued;
               }
             if (ks == 0 && lane == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 2, FP4MOE_TRACE_NOW());

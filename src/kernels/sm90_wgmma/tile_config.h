@@ -82,7 +82,8 @@ constexpr int64_t split_partial_bytes(int bm, int bn) {
 // launch). Two consumers: one CTA per SM 168 -> 56 / 224, two CTAs 80 -> 48 / 96. Four consumers (one CTA
 // of 640 threads): 96 -> 40 / 104, about the two-CTA tile's consumer budget; the e4m3 tile (kWideProducer:
 // its token producer splits activations, and with its loads ahead ptxas spilled in 40 registers) 96 ->
-// 56 / 104, what the pool leaves (128 x 40 >= 512 x 8).
+// 56 / 104 (128 x 40 >= 512 x 8; the pool allows 64, which with loads four stages ahead measured slower,
+// docs/perf.md sm90 step 51).
 template <int CTAS, int CONS, bool kWideProducer = false>
 struct RegisterPlan {
   static constexpr int kLaunch = CONS == 4 ? 96 : (CTAS == 1 ? 168 : 80);
@@ -121,7 +122,10 @@ struct TileConfig {
   static constexpr int kWeightBytes = kM64PerCta * kWeightTileBytes;
   static constexpr int kStageBytes = (kTokenBytes + kWeightBytes + 1023) / 1024 * 1024;
   static constexpr int kBarrierOffset = STAGES * kStageBytes;
-  static constexpr int kTableOffset = kBarrierOffset + (2 * STAGES + kItemRing + 2 * kSignalRing) * 8;
+  // mbarriers: full and empty per stage, the item ring, the signal ring's two, and on the e4m3 tile the row
+  // cache's (below).
+  static constexpr int kBarriers = 2 * STAGES + kItemRing + 2 * kSignalRing + (kE4m3 ? 1 : 0);
+  static constexpr int kTableOffset = kBarrierOffset + kBarriers * 8;
   static constexpr int kTableBytes =
       (2 * (kMaxExperts + 1) + BN + kItemRing * kItemInts + kSignalRing * kSignalInts + kItemSpaceInts + kRoutedRows +
        CONS) * 4;
@@ -130,7 +134,15 @@ struct TileConfig {
   // which the heuristic gives the batches that routing serves (at most 64 pairs: a few rows per expert).
   // Inlined into the two-CTA n16 k128 kernel (80 registers), the routing code made ptxas spill there.
   static constexpr bool kRoutes = BN == 8;
-  static constexpr int kSmemBytes = kSmemAlignSlack + kTableOffset + kTableBytes;
+  // The e4m3 tile's row cache: an item's K range of its token row in bf16, which the token producer copies
+  // with one bulk copy at the item's start where every stage's rows are known stored (FC1's always, a chained
+  // FC2 item's after one poll) and the range fits kRowCacheK; the item's stages then split from shared
+  // memory instead of each loading its 512 bytes from L2 (docs/perf.md, sm90 step 51: DeepSeek-V3 T=1 2 us
+  // faster). 16 KB of the 20 KB the tile's ring and table leave.
+  static constexpr int kRowCacheK = kE4m3 ? 8192 : 0;
+  static constexpr int kRowCacheOffset = (kTableOffset + kTableBytes + 127) / 128 * 128;
+  static constexpr int kSmemBytes =
+      kSmemAlignSlack + (kE4m3 ? kRowCacheOffset + 2 * kRowCacheK : kTableOffset + kTableBytes);
   static constexpr int kTokenChunks = BN * BK / 8;   // 16-byte token copies per stage
   static constexpr int kE4m3TileBytes = BK / 128 * 1024;  // the e4m3 token tile of a stage
   static constexpr int kE4m3ExponentOffset = kE4m3TileBytes;  // then BK/16 int32 block exponents
@@ -141,7 +153,7 @@ struct TileConfig {
   static_assert(kPackKAlign % BK == 0, "BK must divide the packed K padding so every stage is full");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
   static_assert(STAGES < kItemRing, "the producer runs at most STAGES items ahead of the consumers");
-  static_assert(CTAS * (kSmemAlignSlack + kTableOffset + kTableBytes) <= 227 * 1024,
+  static_assert(CTAS * kSmemBytes <= 227 * 1024,
                 "CTAS CTAs must fit an H100/H200 SM's 227 KB of shared memory");
   static_assert(kTokenSubTileBytes % 1024 == 0, "token sub-tiles must keep the 1024-byte swizzle alignment");
   static_assert(kTokenChunks % 32 == 0, "the token producer warp's lanes share the token copies evenly");
