@@ -137,7 +137,7 @@ struct TileConfig {
   // The e4m3 tile's row cache: an item's K range of its token row in bf16, which the token producer copies
   // with one bulk copy at the item's start where every stage's rows are known stored (FC1's always, a chained
   // FC2 item's after one poll) and the range fits kRowCacheK; the item's stages then split from shared
-  // memory instead of each loading its 512 bytes from L2 (docs/perf.md, sm90 step 51: DeepSeek-V3 T=1 2 us
+  // memory instead of each loading its 512 bytes from L2 (docs/perf.md, sm90 step 51: DeepSeek-V3 T=1 3 us
   // faster). 16 KB of the 20 KB the tile's ring and table leave.
   static constexpr int kRowCacheK = kE4m3 ? 8192 : 0;
   static constexpr int kRowCacheOffset = (kTableOffset + kTableBytes + 127) / 128 * 128;
