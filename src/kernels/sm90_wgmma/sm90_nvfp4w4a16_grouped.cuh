@@ -495,8 +495,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     if (warp == 0)
       run_weight_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, lane);
     if (warp == 1)
-      run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, Cfg::kE4m3 ? row_bar : nullptr,
-                                     lane);
+      run_token_producer<Cfg, kMode>(p, smem, full, empty, item_bar, s_prefix, space, row_bar, lane);
     if (kMode == LaunchMode::kChain && warp == 2)
       run_signal_warp<Cfg>(p, sig_full, sig_empty, s_sig,
                            1 + s_prefix[num_experts] * Handover<Cfg>::stages(p), lane);

@@ -196,8 +196,11 @@ __device__ __forceinline__ void e4m3_token_store(const uint4& x, uint8_t* st, ui
   mbar_arrive(full);
 }
 
-// Warp 1: the token rows of every stage. row_bar (the e4m3 tile, non-null): the row cache's barrier, one
-// phase per row copied (run by this warp only).
+// Bits 0 .. n - 1 of a lane mask (all 32 for n >= 32): a poll window's stages.
+__device__ __forceinline__ uint32_t low_bits(int n) { return n >= 32 ? 0xffffffffu : (1u << n) - 1u; }
+
+// Warp 1: the token rows of every stage. row_bar (the e4m3 tile; unused by the others): the row cache's
+// barrier, one phase per row copied (run by this warp only).
 template <class Cfg, LaunchMode kMode, class LaunchParams>
 __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_t* full, uint64_t* empty,
                                    uint64_t* item_bar, int32_t* s_prefix,
@@ -278,8 +281,7 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       wait_rows = !fc1_done;
       if (wait_rows && !p.stage_wait) {  // the control: every stage's rows before the first copy
         for (int g0 = stage0; g0 < stage0 + nstages; g0 += 32) {
-          const int n = stage0 + nstages - g0 < 32 ? stage0 + nstages - g0 : 32;
-          const uint32_t all = n == 32 ? 0xffffffffu : (1u << n) - 1u;
+          const uint32_t all = low_bits(stage0 + nstages - g0);
           do poll(g0);
           while ((ready & all) != all);
         }
@@ -301,10 +303,10 @@ __device__ void run_token_producer(const LaunchParams& p, uint8_t* smem, uint64_
       const int kn = min(nstages * Cfg::kBK, q.k - k0);
       if (kMode == LaunchMode::kChain && wait_rows && kn <= Cfg::kRowCacheK) {
         poll(stage0);
-        const uint32_t all = nstages >= 32 ? 0xffffffffu : (1u << nstages) - 1u;
+        const uint32_t all = low_bits(nstages);
         if ((ready & all) == all) wait_rows = false;
       }
-      if (row_bar != nullptr && !(kMode == LaunchMode::kChain && wait_rows) && kn <= Cfg::kRowCacheK) {
+      if (!(kMode == LaunchMode::kChain && wait_rows) && kn <= Cfg::kRowCacheK) {
         uint8_t* buf = smem + Cfg::kRowCacheOffset;
         __syncwarp();
         if (lane == 0) {
