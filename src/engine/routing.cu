@@ -15,7 +15,18 @@
 // token.
 //
 // router_logits_kernel: tile of 16 tokens x 64 experts per 256-thread block, K in steps of 32 through
-// shared memory; each thread accumulates 4 experts of one token in fp32.
+// shared memory; each thread accumulates 4 experts of one token in fp32. Large batches only: at T = 1 its
+// grid is 4 blocks, each walking the whole reduction in 192 dependent steps (GLM-5, H = 6144), about
+// half a millisecond (docs/perf.md, "Router logits").
+//
+// router_logits_rows_kernel: small batches (T <= kRowsMaxTokens). A block of 128 threads takes two
+// experts and NT <= 8 tokens of the batch (blockIdx.y: the token group); thread i reads float4 i, i + 128,
+// ... of each expert's weight row (16-byte loads, four steps in flight) and the same four columns of its
+// tokens (8-byte loads of bf16), keeping 2 x NT fp32 sums; the block then adds its threads' sums in a
+// fixed order (warp butterfly, then the four warps in order), so the result does not depend on timing.
+// The weight (E x H x 4 bytes: 6.3 MB for GLM-5) is read once per token group, 256 blocks for E = 256,
+// so the read is spread over the whole GPU instead of four SMs. Needs H % 4 == 0 and x 8-byte aligned
+// (else the tiled kernel).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -209,6 +220,68 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+constexpr int kRowsThreads = 128, kRowsExperts = 2, kRowsTokens = 8;
+constexpr int64_t kRowsMaxTokens = 512;
+
+// Two bf16 (one 32-bit word, the lower address in the low half) to fp32.
+__device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
+template <int NT>
+__global__ void __launch_bounds__(kRowsThreads)
+    router_logits_rows_kernel(const uint16_t* __restrict__ x, const float* __restrict__ w, int tokens, int hidden,
+                              int experts, float* __restrict__ logits) {
+  __shared__ float part[kRowsThreads / 32][kRowsExperts * NT];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int e0 = blockIdx.x * kRowsExperts, t0 = blockIdx.y * kRowsTokens;
+  const int nt = min(NT, tokens - t0);
+  const int quads = hidden / 4;
+  const float4* wrow[kRowsExperts];
+#pragma unroll
+  for (int j = 0; j < kRowsExperts; ++j)
+    wrow[j] = reinterpret_cast<const float4*>(w + static_cast<int64_t>(min(e0 + j, experts - 1)) * hidden);
+  const uint2* xrow = reinterpret_cast<const uint2*>(x + static_cast<int64_t>(t0) * hidden);
+  const int xstride = quads;  // uint2 (4 bf16) per token row
+  float acc[kRowsExperts][NT];
+#pragma unroll
+  for (int j = 0; j < kRowsExperts; ++j)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[j][t] = 0.0f;
+#pragma unroll 4
+  for (int i = tid; i < quads; i += kRowsThreads) {
+    float4 wv[kRowsExperts];
+#pragma unroll
+    for (int j = 0; j < kRowsExperts; ++j) wv[j] = __ldg(wrow[j] + i);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < nt) {
+        const uint2 xv = __ldg(xrow + static_cast<int64_t>(t) * xstride + i);
+        const float x0 = bf16_lo(xv.x), x1 = bf16_hi(xv.x), x2 = bf16_lo(xv.y), x3 = bf16_hi(xv.y);
+#pragma unroll
+        for (int j = 0; j < kRowsExperts; ++j)
+          acc[j][t] = fmaf(x3, wv[j].w, fmaf(x2, wv[j].z, fmaf(x1, wv[j].y, fmaf(x0, wv[j].x, acc[j][t]))));
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRowsExperts; ++j)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = acc[j][t];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) part[warp][j * NT + t] = v;
+    }
+  __syncthreads();
+  if (tid < kRowsExperts * NT) {
+    const int j = tid / NT, t = tid % NT, e = e0 + j;
+    float v = part[0][tid];
+#pragma unroll
+    for (int q = 1; q < kRowsThreads / 32; ++q) v += part[q][tid];
+    if (t < nt && e < experts) logits[static_cast<int64_t>(t0 + t) * experts + e] = v;
+  }
+}
+
 size_t route_smem_bytes(const RouteParams& rp) {
   return sizeof(float) * kRouteWarps * static_cast<size_t>(2 * rp.experts + rp.n_group + rp.topk);
 }
@@ -229,6 +302,19 @@ Status prepare_routing_kernels(const MoeConfig& cfg) {
 Status launch_router_logits(const uint16_t* x, const float* router_weight, int64_t tokens, int64_t hidden,
                             int64_t experts, float* logits, Stream stream) {
   if (tokens == 0) return Status::ok();
+  const bool rows = tokens <= kRowsMaxTokens && hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 7u) == 0 &&
+                    (reinterpret_cast<uintptr_t>(router_weight) & 15u) == 0;
+  if (rows) {
+    const dim3 grid(static_cast<unsigned>((experts + kRowsExperts - 1) / kRowsExperts),
+                    static_cast<unsigned>((tokens + kRowsTokens - 1) / kRowsTokens));
+    // Tokens per group: the batch's own count below eight, so a decode step keeps no unused sums.
+    auto* fn = tokens > 4   ? &router_logits_rows_kernel<8>
+               : tokens > 2 ? &router_logits_rows_kernel<4>
+                            : (tokens == 2 ? &router_logits_rows_kernel<2> : &router_logits_rows_kernel<1>);
+    fn<<<grid, kRowsThreads, 0, stream>>>(x, router_weight, static_cast<int>(tokens), static_cast<int>(hidden),
+                                          static_cast<int>(experts), logits);
+    return cuda_launch_status("router_logits_rows_kernel launch", __FILE__, __LINE__);
+  }
   const dim3 grid(static_cast<unsigned>((tokens + kLogitTokens - 1) / kLogitTokens),
                   static_cast<unsigned>((experts + kLogitExperts - 1) / kLogitExperts));
   router_logits_kernel<<<grid, 256, 0, stream>>>(x, router_weight, static_cast<int>(tokens), static_cast<int>(hidden),

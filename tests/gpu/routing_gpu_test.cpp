@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "engine/engine_kernels.h"
+#include "fp4moe/dtype.h"
 #include "fp4moe/reference.h"
 #include "gpu_test_util.h"
 
@@ -355,6 +357,70 @@ TEST(Finalize, EqualsHostCombine) {
           ++checked;
         }
   EXPECT_EQ(checked, 16);
+}
+
+// Router logits (launch_router_logits) against the CPU reference on fresh random x and router weights:
+// decode batches (the rows kernel: one token, odd counts, a partial token group, an odd expert count,
+// GLM-5's H and E) and the tiled kernel's cases (more than 512 tokens, H not a multiple of 4, x not 8-byte
+// aligned). Outputs are poisoned (NaN) first; each logit must be within 2e-5 of the sum of |x_k w_k| (fp32
+// sums in another order). On the rows kernel a token's logits are bitwise those of the same token routed
+// alone: the sums do not depend on the batch.
+TEST(RouterLogits, EqualsReference) {
+  struct Case {
+    int64_t T, H, E;
+    int64_t x_offset;  // elements: x starts this far into its buffer
+    bool rows;         // the decode kernel is expected (then also checked token by token)
+  };
+  const Case cases[] = {{1, 6144, 256, 0, true}, {2, 512, 160, 0, true},  {3, 256, 64, 0, true},
+                        {5, 1024, 257, 0, true}, {8, 520, 128, 0, true},  {9, 384, 96, 0, true},
+                        {70, 256, 33, 0, true},  {513, 128, 64, 0, false}, {4, 130, 16, 0, false},
+                        {4, 128, 16, 1, false}};
+  int checked = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "T=" << c.T << " H=" << c.H << " E=" << c.E << " x offset " << c.x_offset);
+    const uint64_t seed = 8100 + c.T * 131 + c.H + c.E;
+    MoeLayerWeights w;
+    w.config.hidden = c.H;
+    w.config.num_experts = c.E;
+    w.router_weight = random_f32(static_cast<size_t>(c.E * c.H), seed, 0.05f);
+    const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(c.T * c.H + c.x_offset), seed + 1);
+    const std::vector<float> ref = router_logits_reference(x.data() + c.x_offset, c.T, w);
+    Dev d_x = Dev::from(x), d_w = Dev::from(w.router_weight);
+    Dev d_l(static_cast<size_t>(c.T * c.E) * sizeof(float));
+    CUDA_OK(cudaMemset(d_l.get(), 0xFF, d_l.bytes()));  // NaN
+    const Status st = engine::launch_router_logits(d_x.as<uint16_t>() + c.x_offset, d_w.as<float>(), c.T, c.H, c.E,
+                                                   d_l.as<float>(), nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> got = d_l.download<float>(static_cast<size_t>(c.T * c.E));
+    int bad = 0;
+    for (int64_t t = 0; t < c.T; ++t)
+      for (int64_t e = 0; e < c.E; ++e) {
+        double mag = 0.0;
+        for (int64_t k = 0; k < c.H; ++k)
+          mag += std::fabs(double(bf16_bits_to_f32(x[c.x_offset + t * c.H + k])) * w.router_weight[e * c.H + k]);
+        const float g = got[t * c.E + e], r = ref[t * c.E + e];
+        if (!(std::fabs(double(g) - r) <= 2e-5 * mag)) {
+          if (++bad <= 5) ADD_FAILURE() << "token " << t << " expert " << e << ": " << g << " against " << r;
+        }
+      }
+    EXPECT_EQ(bad, 0);
+    if (c.rows) {
+      for (int64_t t : {int64_t(0), c.T - 1}) {
+        Dev one(static_cast<size_t>(c.E) * sizeof(float));
+        CUDA_OK(cudaMemset(one.get(), 0xFF, one.bytes()));
+        ASSERT_TRUE(engine::launch_router_logits(d_x.as<uint16_t>() + c.x_offset + t * c.H, d_w.as<float>(), 1, c.H, c.E,
+                                                 one.as<float>(), nullptr)
+                        .is_ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> alone = one.download<float>(static_cast<size_t>(c.E));
+        EXPECT_EQ(std::memcmp(alone.data(), got.data() + t * c.E, alone.size() * sizeof(float)), 0)
+            << "token " << t << " routed alone";
+      }
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
 }
 
 }  // namespace
