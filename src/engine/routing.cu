@@ -14,10 +14,10 @@
 // route_fast_kernel: the register fast path (route_fast.cuh, which says when it applies), one warp per
 // token.
 //
-// router_logits_kernel: tile of 16 tokens x 64 experts per 256-thread block, K in steps of 32 through
-// shared memory; each thread accumulates 4 experts of one token in fp32. Large batches only: at T = 1 its
-// grid is 4 blocks, each walking the whole reduction in 192 dependent steps (GLM-5, H = 6144), about
-// half a millisecond (docs/perf.md, "Router logits").
+// router_logits_kernel: large batches (T > kRowsMaxTokens). A tile of 64 tokens x 64 experts per
+// 256-thread block, 4 x 4 logits a thread, the reduction in double-buffered k16 slices through shared
+// memory. Its grid is T/64 x E/64 blocks, so a decode batch would run on four SMs (the previous tiled
+// kernel did, and took about half a millisecond at T = 1: docs/perf.md, "Router logits").
 //
 // router_logits_rows_kernel: small batches (T <= kRowsMaxTokens). A block of 128 threads takes two
 // experts and NT <= 8 tokens of the batch (blockIdx.y: the token group); thread i reads float4 i, i + 128,
@@ -180,52 +180,104 @@ cudaError_t launch_route_fast(const float* logits, const float* bias, int tokens
   return launch_pdl(fn, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits, bias, tokens, rp, ids, weights);
 }
 
-constexpr int kLogitTokens = 16, kLogitExperts = 64, kLogitK = 32;
-
-__global__ void __launch_bounds__(256)
-    router_logits_kernel(const uint16_t* __restrict__ x, const float* __restrict__ w, int tokens, int hidden,
-                         int experts, float* __restrict__ logits) {
-  __shared__ float xs[kLogitTokens][kLogitK + 1];
-  __shared__ float ws[kLogitExperts][kLogitK + 1];
-  const int tid = threadIdx.x;
-  const int t0 = blockIdx.x * kLogitTokens, e0 = blockIdx.y * kLogitExperts;
-  const int my_t = tid / 16, my_e = tid % 16;  // experts my_e + 16 j, j < 4
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int k0 = 0; k0 < hidden; k0 += kLogitK) {
-    for (int i = tid; i < kLogitTokens * kLogitK; i += 256) {
-      const int r = i / kLogitK, c = i % kLogitK;
-      const int t = t0 + r, k = k0 + c;
-      xs[r][c] = (t < tokens && k < hidden) ? bf16_bits_to_f32(x[static_cast<int64_t>(t) * hidden + k]) : 0.0f;
-    }
-    for (int i = tid; i < kLogitExperts * kLogitK; i += 256) {
-      const int r = i / kLogitK, c = i % kLogitK;
-      const int e = e0 + r, k = k0 + c;
-      ws[r][c] = (e < experts && k < hidden) ? w[static_cast<int64_t>(e) * hidden + k] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int c = 0; c < kLogitK; ++c) {
-      const float xv = xs[my_t][c];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[j] = fmaf(xv, ws[my_e + 16 * j][c], acc[j]);
-    }
-    __syncthreads();
-  }
-  const int t = t0 + my_t;
-  if (t < tokens)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int e = e0 + my_e + 16 * j;
-      if (e < experts) logits[static_cast<int64_t>(t) * experts + e] = acc[j];
-    }
-}
-
-constexpr int kRowsThreads = 128, kRowsExperts = 2, kRowsTokens = 8;
-constexpr int64_t kRowsMaxTokens = 512;
-
 // Two bf16 (one 32-bit word, the lower address in the low half) to fp32.
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
+constexpr int kLogitTokens = 64, kLogitExperts = 64, kLogitK = 16, kLogitThreads = 256;
+
+// One k16 slice of the tile's inputs, loaded into registers (the next slice's loads are in flight while
+// the current one is multiplied): thread i takes four consecutive k of token i / 4 and of expert i / 4
+// (k offset 4 (i % 4)). kVec: one 8-byte load of x and one 16-byte load of w (H % 4 == 0, x 8-byte and w
+// 16-byte aligned); else element by element. Past the batch, the experts or H: zeros.
+template <bool kVec>
+__device__ __forceinline__ void logit_tile_load(const uint16_t* __restrict__ x, const float* __restrict__ w,
+                                                int tokens, int hidden, int experts, int t0, int e0, int k0,
+                                                float (&xr)[4], float (&wr)[4]) {
+  const int r = threadIdx.x / 4, k = k0 + 4 * (threadIdx.x % 4);
+  const int t = t0 + r, e = e0 + r;
+  if (kVec && k + 3 < hidden) {
+    if (t < tokens) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(x + static_cast<int64_t>(t) * hidden + k));
+      xr[0] = bf16_lo(v.x), xr[1] = bf16_hi(v.x), xr[2] = bf16_lo(v.y), xr[3] = bf16_hi(v.y);
+    } else {
+      xr[0] = xr[1] = xr[2] = xr[3] = 0.0f;
+    }
+    if (e < experts) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(w + static_cast<int64_t>(e) * hidden + k));
+      wr[0] = v.x, wr[1] = v.y, wr[2] = v.z, wr[3] = v.w;
+    } else {
+      wr[0] = wr[1] = wr[2] = wr[3] = 0.0f;
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const bool in_k = k + j < hidden;
+    xr[j] = t < tokens && in_k ? bf16_bits_to_f32(x[static_cast<int64_t>(t) * hidden + k + j]) : 0.0f;
+    wr[j] = e < experts && in_k ? w[static_cast<int64_t>(e) * hidden + k + j] : 0.0f;
+  }
+}
+
+// Large batches: a tile of 64 tokens x 64 experts per 256-thread block, each thread 4 tokens x 4 experts
+// in registers; the reduction in slices of 16 through shared memory, stored k-major so that each thread
+// reads its 4 tokens and its 4 experts of a k as two 16-byte loads (16 fused multiply-adds per pair of
+// loads), the next slice's global loads issued before the current slice's products. Each logit is one
+// fp32 chain of fused multiply-adds in k order.
+template <bool kVec>
+__global__ void __launch_bounds__(kLogitThreads)
+    router_logits_kernel(const uint16_t* __restrict__ x, const float* __restrict__ w, int tokens, int hidden,
+                         int experts, float* __restrict__ logits) {
+  __shared__ __align__(16) float xs[2][kLogitK][kLogitTokens];
+  __shared__ __align__(16) float ws[2][kLogitK][kLogitExperts];
+  const int tid = threadIdx.x;
+  const int t0 = blockIdx.x * kLogitTokens, e0 = blockIdx.y * kLogitExperts;
+  const int ty = tid / 16, tx = tid % 16;  // tokens 4 ty .. 4 ty + 3, experts 4 tx .. 4 tx + 3
+  const int lr = tid / 4, lk = 4 * (tid % 4);  // where this thread's loads go
+  float acc[4][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) acc[a][b] = 0.0f;
+  float xr[4], wr[4];
+  logit_tile_load<kVec>(x, w, tokens, hidden, experts, t0, e0, 0, xr, wr);
+  int buf = 0;
+  for (int k0 = 0; k0 < hidden; k0 += kLogitK) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      xs[buf][lk + j][lr] = xr[j];
+      ws[buf][lk + j][lr] = wr[j];
+    }
+    __syncthreads();  // one barrier a slice: the other buffer's readers finished before this one's stores
+    if (k0 + kLogitK < hidden) logit_tile_load<kVec>(x, w, tokens, hidden, experts, t0, e0, k0 + kLogitK, xr, wr);
+#pragma unroll
+    for (int k = 0; k < kLogitK; ++k) {
+      const float4 xv = *reinterpret_cast<const float4*>(&xs[buf][k][4 * ty]);
+      const float4 wv = *reinterpret_cast<const float4*>(&ws[buf][k][4 * tx]);
+      const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, wa[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) acc[a][b] = fmaf(xa[a], wa[b], acc[a][b]);
+    }
+    buf ^= 1;
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int t = t0 + 4 * ty + a;
+    if (t >= tokens) continue;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int e = e0 + 4 * tx + b;
+      if (e < experts) logits[static_cast<int64_t>(t) * experts + e] = acc[a][b];
+    }
+  }
+}
+
+constexpr int kRowsThreads = 128, kRowsExperts = 2, kRowsTokens = 8;
+// Up to here the rows kernel; above, the tiled one (measured on the H200: rows 0.16 ms faster at T = 1024,
+// the two alike at 2048, the tiled one 1 ms faster at 8192; docs/perf.md, "Router logits").
+constexpr int64_t kRowsMaxTokens = 1024;
 
 template <int NT>
 __global__ void __launch_bounds__(kRowsThreads)
@@ -317,8 +369,10 @@ Status launch_router_logits(const uint16_t* x, const float* router_weight, int64
   }
   const dim3 grid(static_cast<unsigned>((tokens + kLogitTokens - 1) / kLogitTokens),
                   static_cast<unsigned>((experts + kLogitExperts - 1) / kLogitExperts));
-  router_logits_kernel<<<grid, 256, 0, stream>>>(x, router_weight, static_cast<int>(tokens), static_cast<int>(hidden),
-                                                 static_cast<int>(experts), logits);
+  const bool vec = hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 7u) == 0 &&
+                   (reinterpret_cast<uintptr_t>(router_weight) & 15u) == 0;
+  (vec ? router_logits_kernel<true> : router_logits_kernel<false>)<<<grid, kLogitThreads, 0, stream>>>(
+      x, router_weight, static_cast<int>(tokens), static_cast<int>(hidden), static_cast<int>(experts), logits);
   return cuda_launch_status("router_logits_kernel launch", __FILE__, __LINE__);
 }
 

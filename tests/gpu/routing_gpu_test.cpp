@@ -361,8 +361,8 @@ TEST(Finalize, EqualsHostCombine) {
 
 // Router logits (launch_router_logits) against the CPU reference on fresh random x and router weights:
 // decode batches (the rows kernel: one token, odd counts, a partial token group, an odd expert count,
-// GLM-5's H and E) and the tiled kernel's cases (more than 512 tokens, H not a multiple of 4, x not 8-byte
-// aligned). Outputs are poisoned (NaN) first; each logit must be within 2e-5 of the sum of |x_k w_k| (fp32
+// GLM-5's H and E) and the tiled kernel's cases (more than 1024 tokens with partial token, expert and k
+// tiles; H not a multiple of 4, x not 8-byte aligned: its element-wise loads). Outputs are poisoned (NaN) first; each logit must be within 2e-5 of the sum of |x_k w_k| (fp32
 // sums in another order). On the rows kernel a token's logits are bitwise those of the same token routed
 // alone: the sums do not depend on the batch.
 TEST(RouterLogits, EqualsReference) {
@@ -373,8 +373,8 @@ TEST(RouterLogits, EqualsReference) {
   };
   const Case cases[] = {{1, 6144, 256, 0, true}, {2, 512, 160, 0, true},  {3, 256, 64, 0, true},
                         {5, 1024, 257, 0, true}, {8, 520, 128, 0, true},  {9, 384, 96, 0, true},
-                        {70, 256, 33, 0, true},  {513, 128, 64, 0, false}, {4, 130, 16, 0, false},
-                        {4, 128, 16, 1, false}};
+                        {70, 256, 33, 0, true},  {513, 128, 64, 0, true}, {1100, 200, 70, 0, false},
+                        {4, 130, 16, 0, false},  {4, 128, 16, 1, false}};
   int checked = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "T=" << c.T << " H=" << c.H << " E=" << c.E << " x offset " << c.x_offset);
@@ -420,7 +420,7 @@ TEST(RouterLogits, EqualsReference) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 10);
+  EXPECT_EQ(checked, 11);
 }
 
 }  // namespace
