@@ -644,6 +644,37 @@ TEST_F(Sm90Tactics, RefusesAMalformedSplitSetting) {
   }
 }
 
+// The FC2 throttle (LaunchParams::fc2_throttle, the e4m3 tile's chained FC2 weight copies waiting for FC1's
+// rows D stages behind): the other cases run its default depth; here off and at its tightest (one stage),
+// the same checks on the chained and folded cases.
+TEST_F(Sm90Tactics, ChainedLaunchThrottleDepthsMatch) {
+  int ran = 0;
+  for (const char* depth : {"0", "1"}) {
+    ScopedEnv env("FP4MOE_SM90_FC2_THROTTLE", depth);
+    for (auto& t : tactics()) {
+      if (t->desc().name.find("e4m3") == std::string::npos) continue;
+      SCOPED_TRACE(fmt::format("FP4MOE_SM90_FC2_THROTTLE={} {}", depth, t->desc().name));
+      // FC2's K = I: 4, 3 and 2 k256 stages, so depth 1 waits at every stage after the first.
+      run_chained_case(*t, 1024, 512, {5, 3, 0, 2, 1}, false, 51);
+      run_chained_case(*t, 768, 256, {0, 1, 7, 3}, true, 52);
+      run_folded_case(*t, 512, 1536, {}, 1, 53);
+      ++ran;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no e4m3 tactic selected";
+}
+
+TEST_F(Sm90Tactics, RefusesAMalformedThrottleSetting) {
+  for (const char* bad : {"x", "-1", "17", "3x"}) {
+    ScopedEnv env("FP4MOE_SM90_FC2_THROTTLE", bad);
+    for (auto& t : tactics()) {
+      const Status st = t->init(GemmProblem{GemmOp::kFc2, 4, 128, 128, 16, 16});
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.to_string();
+      EXPECT_NE(st.message().find("FP4MOE_SM90_FC2_THROTTLE"), std::string::npos) << st.to_string();
+    }
+  }
+}
+
 TEST_F(Sm90Tactics, ChainedLaunchRefusesMismatchedGemms) {
   for (auto& t : tactics()) {
     const GemmProblem p1{GemmOp::kFc1SwiGlu, 4, 128, 256, 16, 16};

@@ -94,6 +94,22 @@ Status split_mode_requested(int* mode, const std::string& tactic) {
   return Status::ok();
 }
 
+// The FC2 throttle's depth (LaunchParams::fc2_throttle): FP4MOE_SM90_FC2_THROTTLE, 0 (off) to 16, default
+// kFc2Throttle (GLM-5 T=1: 3 stages measured faster than 1, 2, 4 and off; docs/perf.md, sm90 step 56).
+constexpr int kFc2Throttle = 3;
+Status fc2_throttle_requested(int* depth, const std::string& tactic) {
+  const char* v = std::getenv("FP4MOE_SM90_FC2_THROTTLE");
+  *depth = kFc2Throttle;
+  if (!v || !*v) return Status::ok();
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 16)
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: FP4MOE_SM90_FC2_THROTTLE='{}': expected a stage count in [0, 16] (0: off)", tactic, v));
+  *depth = static_cast<int>(n);
+  return Status::ok();
+}
+
 template <int BM, int BN, int BK, int STAGES, int CTAS, int CONS, int ACT>
 class Sm90Tactic final : public GroupedGemmTactic {
  public:
@@ -118,6 +134,8 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prefetch_last_ = env_switch("FP4MOE_SM90_PREFETCH_LAST", true);
     fetch_ahead_ = env_switch("FP4MOE_SM90_FETCH_AHEAD", true);
     stage_wait_ = env_switch("FP4MOE_SM90_STAGE_WAIT", true);
+    Status ts = fc2_throttle_requested(&fc2_throttle_, desc_.name);
+    if (!ts) return ts;
     Status ms = split_mode_requested(&split_mode_, desc_.name);
     if (!ms) return ms;
     int dev = 0;
@@ -208,6 +226,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     if (!st || p1.total_rows == 0) return st;
     prm.counters = static_cast<int*>(a1.workspace);
     prm.stage_wait = stage_wait_ ? 1 : 0;
+    prm.fc2_throttle = fc2_throttle_;
     bind_split(a1.workspace, p1, &prm);  // p2 has the same rows and experts (checked above)
     prm.fold_parts = fold_split_parts(prm.op[0].kchunks / Cfg::kChunksPerStage, prm.op[1].kchunks / Cfg::kChunksPerStage);
     return launch(kernel_chain(), prm, max_items(p1, prm.op[0].tiles64) + max_items(p2, prm.op[1].tiles64), stream);
@@ -367,6 +386,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
   bool prefetch_last_ = true;     // FP4MOE_SM90_PREFETCH_LAST (LaunchParams::prefetch_last)
   bool fetch_ahead_ = true;       // FP4MOE_SM90_FETCH_AHEAD (LaunchParams::fetch_ahead)
   bool stage_wait_ = true;        // FP4MOE_SM90_STAGE_WAIT (LaunchParams::stage_wait)
+  int fc2_throttle_ = kFc2Throttle;  // FP4MOE_SM90_FC2_THROTTLE (LaunchParams::fc2_throttle)
 };
 
 const WeightLayoutOps kSm90LayoutOps = {WeightLayout::kSm90Interleaved, &packed_bytes, &pack_device};

@@ -116,6 +116,11 @@ struct LaunchParams {
   int split_slots = 0;     // SMs x CTAs per SM (the automatic split's budget of items)
   int fold_parts = 1;      // the folded last expert's parts where it splits (fold_split_parts, kChain)
   int fetch_ahead = 1;     // the weight producer fetches short items ahead (sm90_producer.cuh)
+  // kChain on the e4m3 tile, D > 0: a chained FC2 item's weight copies of stage ks >= D wait until FC1 has
+  // stored stage ks - D's rows (or every FC1 tile has signalled), so the CTAs that wait in the hand-over
+  // hold at most D stages of FC2's weights and leave HBM to the slowest FC1 tiles, which every FC2 item
+  // waits for (sm90_producer.cuh; docs/perf.md, sm90 step 56).
+  int fc2_throttle = 0;
   int* split_counters = nullptr;
   float4* partials = nullptr;
   // Zero, from the host: the e4m3 tile's wgmma scale_d operand for a chunk's fresh accumulator. A constant

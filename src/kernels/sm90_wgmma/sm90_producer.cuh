@@ -78,6 +78,7 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
   // Near the end a CTA holding items ahead would keep them from CTAs that are free (TP8 T=1: 0.7 us
   // slower with the rule unbounded, step 39). ahead0 / ahead1: the results, oldest first.
   int w = blockIdx.x;
+  bool fc1_seen_done = false;  // the FC2 throttle saw every FC1 tile signalled: no more waits
   int fetched = 0;
   int ahead0 = 0, ahead1 = 0, nahead = 0;
   for (int j = 0;; ++j) {
@@ -137,6 +138,25 @@ __device__ void run_weight_producer(const LaunchParams& p, uint8_t* smem, uint64
     for (int ks = 0; ks < nstages; ++ks) {
       mbar_wait(&empty[stage], phase ^ 1u);
       if (lane == 0) {
+        // The FC2 throttle (LaunchParams::fc2_throttle; the e4m3 tile only: on the bf16 tiles these
+        // registers spilled in the producer). Nothing here reads FC1's rows, so plain volatile loads do;
+        // the wait ends like the token producer's, every FC1 tile being earlier in the item order.
+        if constexpr (kMode == LaunchMode::kChain && Cfg::kE4m3) {
+          if (o == 1 && ks >= p.fc2_throttle && p.fc2_throttle > 0 && !fc1_seen_done) {
+            const int g = part * nstages + ks - p.fc2_throttle;
+            const int need = Handover<Cfg>::need(g, space.mtiles0);
+            const volatile int* ctr = Handover<Cfg>::counters(p.counters, it.tile, Handover<Cfg>::stages(p)) + g;
+            const volatile int* all = p.counters + 2;
+            for (;;) {
+              if (*all >= Cfg::kConsumers * space.units0) {
+                fc1_seen_done = true;
+                break;
+              }
+              if (need == 0 || *ctr >= need) break;
+              __nanosleep(100);
+            }
+          }
+        }
         if (ks == 0) FP4MOE_TRACE_ITEM(static_cast<int>(kMode), j, 1, FP4MOE_TRACE_NOW());
         // Expect the bytes, issue the copies, then arrive: the arrive follows the copies in this thread,
         // so compute-sanitizer's racecheck sees the copies ordered before the consumers' wait (with
