@@ -49,4 +49,35 @@ then
   $PY -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}" 2>&1 | grep -v "Running pip as the 'root' user" || true
   $PY -c "import numpy, ml_dtypes, safetensors" 
 fi
+# cuobjdump for the sm90 SASS check (scripts/sass_check.sh; the ctest sm90.sass) where the CUDA toolkit has
+# none: the copy in Triton's wheel (pinned; only it and the nvdisasm it runs are kept), unpacked into
+# .tools/bin (git-ignored). Best effort: offline, the check reports "skipped".
+TRITON_WHEEL="triton==3.9.0"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=$root/.tools/bin
+if command -v nvcc >/dev/null && ! command -v cuobjdump >/dev/null && [ ! -x "$(dirname "$(command -v nvcc)")/cuobjdump" ] &&
+   [ ! -x "$tools/cuobjdump" ]; then
+  tmp=$(mktemp -d)
+  echo "setup: fetching cuobjdump from $TRITON_WHEEL (for the sm90 SASS check)"
+  if $PY -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$tmp" "$TRITON_WHEEL" \
+       2>&1 | grep -v "Running pip as the 'root' user"; [ "${PIPESTATUS[0]}" = 0 ] &&
+     $PY - "$tmp" "$tools" <<'PYEOF'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "triton-*.whl"))[0]
+os.makedirs(sys.argv[2], exist_ok=True)
+with zipfile.ZipFile(wheel) as z:
+    for tool in ("nvdisasm", "cuobjdump"):  # cuobjdump runs nvdisasm; cuobjdump last marks the pair complete
+        dst = os.path.join(sys.argv[2], tool)
+        with open(dst + ".part", "wb") as f:
+            f.write(z.read("triton/backends/nvidia/bin/" + tool))
+        os.chmod(dst + ".part", 0o755)
+        os.replace(dst + ".part", dst)
+PYEOF
+  then
+    echo "setup: cuobjdump in $tools"
+  else
+    echo "setup: warning: no cuobjdump fetched; the sm90 SASS check will be skipped" >&2
+  fi
+  rm -rf "$tmp"
+fi
 echo "setup: ok"
