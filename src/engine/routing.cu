@@ -14,7 +14,8 @@
 // route_fast_kernel: the register fast path (route_fast.cuh, which says when it applies), one warp per
 // token.
 //
-// router_logits_kernel: large batches (T > kRowsMaxTokens). A tile of 64 tokens x 64 experts per
+// router_logits_kernel: large batches (T > kRowsMaxTokens), and any batch whose H or pointers the rows
+// kernel cannot take (below). A tile of 64 tokens x 64 experts per
 // 256-thread block, 4 x 4 logits a thread, the reduction in double-buffered k16 slices through shared
 // memory. Its grid is T/64 x E/64 blocks, so a decode batch would run on four SMs (the previous tiled
 // kernel did, and took about half a millisecond at T = 1: docs/perf.md, "Router logits").
@@ -24,12 +25,14 @@
 // ... of each expert's weight row (16-byte loads, four steps in flight) and the same four columns of its
 // tokens (8-byte loads of bf16), keeping 2 x NT fp32 sums; the block then adds its threads' sums in a
 // fixed order (warp butterfly, then the four warps in order), so the result does not depend on timing.
-// The weight (E x H x 4 bytes: 6.3 MB for GLM-5) is read once per token group, 256 blocks for E = 256,
-// so the read is spread over the whole GPU instead of four SMs. Needs H % 4 == 0 and x 8-byte aligned
-// (else the tiled kernel).
+// The weight (E x H x 4 bytes: 6.3 MB for GLM-5) is read once per token group by E / 2 blocks (128 for
+// E = 256), so the read is spread over the whole GPU instead of four SMs. Needs H % 4 == 0, x 8-byte and
+// the router weight 16-byte aligned (else the tiled kernel).
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
@@ -275,8 +278,10 @@ __global__ void __launch_bounds__(kLogitThreads)
 }
 
 constexpr int kRowsThreads = 128, kRowsExperts = 2, kRowsTokens = 8;
-// Up to here the rows kernel; above, the tiled one (measured on the H200: rows 0.16 ms faster at T = 1024,
-// the two alike at 2048, the tiled one 1 ms faster at 8192; docs/perf.md, "Router logits").
+// T <= kRowsMaxTokens: the rows kernel; above it, the tiled one (measured on the H200: rows 0.16 ms faster
+// at T = 1024, the two alike at 2048, the tiled one 1 ms faster at 8192; docs/perf.md, "Router logits").
+// The two sum in different orders, so a token's logits are the same bits in every batch of up to
+// kRowsMaxTokens tokens, not across that bound.
 constexpr int64_t kRowsMaxTokens = 1024;
 
 template <int NT>
@@ -354,6 +359,10 @@ Status prepare_routing_kernels(const MoeConfig& cfg) {
 Status launch_router_logits(const uint16_t* x, const float* router_weight, int64_t tokens, int64_t hidden,
                             int64_t experts, float* logits, Stream stream) {
   if (tokens == 0) return Status::ok();
+  if (tokens < 0 || hidden <= 0 || experts <= 0 || tokens > INT32_MAX || hidden > INT32_MAX || experts > INT32_MAX)
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("router logits: T = {}, H = {}, E = {}: each must be positive and below 2^31", tokens,
+                              hidden, experts));
   const bool rows = tokens <= kRowsMaxTokens && hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 7u) == 0 &&
                     (reinterpret_cast<uintptr_t>(router_weight) & 15u) == 0;
   if (rows) {

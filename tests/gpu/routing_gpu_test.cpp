@@ -421,6 +421,9 @@ TEST(RouterLogits, EqualsReference) {
     ++checked;
   }
   EXPECT_EQ(checked, 11);
+  const Status bad = engine::launch_router_logits(nullptr, nullptr, 2, 0, 16, nullptr, nullptr);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad.to_string();
+  EXPECT_NE(bad.message().find("H = 0"), std::string::npos) << bad.message();
 }
 
 }  // namespace

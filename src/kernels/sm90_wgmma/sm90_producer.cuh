@@ -3,7 +3,9 @@
 // Warp 0 (run_weight_producer) takes the work items and copies the weights; warp 1
 // (run_token_producer) copies the token rows. Both walk the same sequence of stages and wait on the
 // same empty barriers, so neither waits for the other's copies: the weight stream, which bounds decode,
-// never stops behind a token copy, a row lookup or (in a chained launch) a wait for FC1's rows.
+// never stops behind a token copy, a row lookup or (in a chained launch) a wait for FC1's rows, except
+// the e4m3 tile's FC2 throttle (LaunchParams::fc2_throttle), which on purpose holds a chained FC2 item's
+// copies a few stages behind its rows so that waiting CTAs leave HBM to the slowest FC1 tiles.
 //
 // Work items come from a global counter (dynamic persistent schedule): CTA b starts with item b, and
 // warp 0's lane 0 takes every further item with one atomicAdd, issued after the current item's last
