@@ -15,9 +15,8 @@
 // token.
 //
 // router_logits_kernel: large batches (T > kRowsMaxTokens), and any batch whose H or pointers the rows
-// kernel cannot take (below). A tile of 64 tokens x 64 experts per
-// 256-thread block, 4 x 4 logits a thread, the reduction in double-buffered k16 slices through shared
-// memory. Its grid is T/64 x E/64 blocks, so a decode batch would run on four SMs (the previous tiled
+// kernel cannot take (below). A tile of 64 tokens x 64 experts per 256-thread block, 4 x 4 logits a
+// thread, the reduction in double-buffered k16 slices through shared memory. Its grid is T/64 x E/64 blocks, so a decode batch would run on four SMs (the previous tiled
 // kernel did, and took about half a millisecond at T = 1: docs/perf.md, "Router logits").
 //
 // router_logits_rows_kernel: small batches (T <= kRowsMaxTokens). A block of 128 threads takes two
@@ -34,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/bf16x8.cuh"
 #include "common/pdl_launch.h"
 #include "engine/cuda_check.h"
 #include "engine/engine_kernels.h"
@@ -183,10 +183,6 @@ cudaError_t launch_route_fast(const float* logits, const float* bias, int tokens
   return launch_pdl(fn, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits, bias, tokens, rp, ids, weights);
 }
 
-// Two bf16 (one 32-bit word, the lower address in the low half) to fp32.
-__device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
-
 constexpr int kLogitTokens = 64, kLogitExperts = 64, kLogitK = 16, kLogitThreads = 256;
 
 // One k16 slice of the tile's inputs, loaded into registers (the next slice's loads are in flight while
@@ -201,8 +197,7 @@ __device__ __forceinline__ void logit_tile_load(const uint16_t* __restrict__ x, 
   const int t = t0 + r, e = e0 + r;
   if (kVec && k + 3 < hidden) {
     if (t < tokens) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(x + static_cast<int64_t>(t) * hidden + k));
-      xr[0] = bf16_lo(v.x), xr[1] = bf16_hi(v.x), xr[2] = bf16_lo(v.y), xr[3] = bf16_hi(v.y);
+      bf16x4_to_f32(__ldg(reinterpret_cast<const uint2*>(x + static_cast<int64_t>(t) * hidden + k)), xr);
     } else {
       xr[0] = xr[1] = xr[2] = xr[3] = 0.0f;
     }
@@ -312,11 +307,11 @@ __global__ void __launch_bounds__(kRowsThreads)
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < nt) {
-        const uint2 xv = __ldg(xrow + static_cast<int64_t>(t) * xstride + i);
-        const float x0 = bf16_lo(xv.x), x1 = bf16_hi(xv.x), x2 = bf16_lo(xv.y), x3 = bf16_hi(xv.y);
+        float xf[4];
+        bf16x4_to_f32(__ldg(xrow + static_cast<int64_t>(t) * xstride + i), xf);
 #pragma unroll
         for (int j = 0; j < kRowsExperts; ++j)
-          acc[j][t] = fmaf(x3, wv[j].w, fmaf(x2, wv[j].z, fmaf(x1, wv[j].y, fmaf(x0, wv[j].x, acc[j][t]))));
+          acc[j][t] = fmaf(xf[3], wv[j].w, fmaf(xf[2], wv[j].z, fmaf(xf[1], wv[j].y, fmaf(xf[0], wv[j].x, acc[j][t]))));
       }
     }
   }

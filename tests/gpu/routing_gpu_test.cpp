@@ -362,8 +362,8 @@ TEST(Finalize, EqualsHostCombine) {
 // Router logits (launch_router_logits) against the CPU reference on fresh random x and router weights:
 // decode batches (the rows kernel: one token, odd counts, a partial token group, an odd expert count,
 // GLM-5's H and E) and the tiled kernel's cases (more than 1024 tokens with partial token, expert and k
-// tiles; H not a multiple of 4, x not 8-byte aligned: its element-wise loads). Outputs are poisoned (NaN) first; each logit must be within 2e-5 of the sum of |x_k w_k| (fp32
-// sums in another order). On the rows kernel a token's logits are bitwise those of the same token routed
+// tiles; H not a multiple of 4, x not 8-byte aligned: its element-wise loads). Outputs are poisoned (NaN)
+// first; each logit must be within 2e-5 of the sum of |x_k w_k| (fp32 sums in another order). On the rows kernel a token's logits are bitwise those of the same token routed
 // alone: the sums do not depend on the batch.
 TEST(RouterLogits, EqualsReference) {
   struct Case {

@@ -82,11 +82,12 @@ struct Params {
 // all-FC1 counter (run_signal_warp, Handover in sm90_scheduler.cuh); before a stage's copy the token producer
 // (warp 1) of an FC2 item spins (acquire) until that stage's counter is complete, or sees every FC1 item done
 // (after which it checks no more), and only then loads the token rows by TMA (after a proxy fence: the rows were
-// written by the generic proxy, TMA reads by the async one). The weight producer (warp 0) does not wait for them
-// (except the e4m3 tile's FC2 throttle, LaunchParams::fc2_throttle, which keeps its copies at most D stages
-// ahead of the stored rows): FC2's weights stream while FC1's last items finish. Every item waits only for earlier items in the counter's order
-// (an FC2 item for FC1 items, which all precede it; a split FC1 tile's last part for its other parts), and each
-// CTA runs its items in the order it took them, so every wait ends once the CTAs holding the earlier items run:
+// written by the generic proxy, TMA reads by the async one). The weight producer (warp 0) does not wait for
+// them (except the e4m3 tile's FC2 throttle, LaunchParams::fc2_throttle, which keeps its copies at most D
+// stages ahead of the stored rows): FC2's weights stream while FC1's last items finish. Every item waits only
+// for earlier items in the counter's order (an FC2 item for FC1 items, which all precede it; a split FC1
+// tile's last part for its other parts), and each CTA runs its items in the order it took them, so every wait
+// ends once the CTAs holding the earlier items run:
 // the persistent grid is sized to be co-resident, and a CTA that is not yet resident (its SM busy with another
 // stream's kernel) holds only its static first item, one of the lowest indices, and gets its SM when that kernel
 // ends (a launch of one GEMM never waits: reduce_split_any_order). One launch instead of two removes
