@@ -358,9 +358,10 @@ Status launch_router_logits(const uint16_t* x, const float* router_weight, int64
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("router logits: T = {}, H = {}, E = {}: each must be positive and below 2^31", tokens,
                               hidden, experts));
-  const bool rows = tokens <= kRowsMaxTokens && hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 7u) == 0 &&
-                    (reinterpret_cast<uintptr_t>(router_weight) & 15u) == 0;
-  if (rows) {
+  // Both kernels' vector loads: 8 bytes of x (4 bf16), 16 of the router weight (4 floats).
+  const bool vec = hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 7u) == 0 &&
+                   (reinterpret_cast<uintptr_t>(router_weight) & 15u) == 0;
+  if (tokens <= kRowsMaxTokens && vec) {
     const dim3 grid(static_cast<unsigned>((experts + kRowsExperts - 1) / kRowsExperts),
                     static_cast<unsigned>((tokens + kRowsTokens - 1) / kRowsTokens));
     // Tokens per group: the batch's own count below eight, so a decode step keeps no unused sums.
@@ -373,8 +374,6 @@ Status launch_router_logits(const uint16_t* x, const float* router_weight, int64
   }
   const dim3 grid(static_cast<unsigned>((tokens + kLogitTokens - 1) / kLogitTokens),
                   static_cast<unsigned>((experts + kLogitExperts - 1) / kLogitExperts));
-  const bool vec = hidden % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 7u) == 0 &&
-                   (reinterpret_cast<uintptr_t>(router_weight) & 15u) == 0;
   (vec ? router_logits_kernel<true> : router_logits_kernel<false>)<<<grid, kLogitThreads, 0, stream>>>(
       x, router_weight, static_cast<int>(tokens), static_cast<int>(hidden), static_cast<int>(experts), logits);
   return cuda_launch_status("router_logits_kernel launch", __FILE__, __LINE__);
