@@ -75,6 +75,11 @@ struct GroupedGemmArgs {
   uint16_t* out = nullptr;                  // device bf16 [total_rows, n]; rows past offsets[E] untouched
   void* workspace = nullptr;                // device, workspace_bytes(problem) bytes, zeroed before the
                                             // first run; every run leaves it zero again
+  // FC1's args of run_chained only: true, the launch leaves its first chained_reset_bytes(fc1 problem)
+  // workspace bytes for the caller to zero, on the same stream after it and before the next run on that
+  // workspace (the engine's finalize does), instead of zeroing them in its last CTA, whose extra round
+  // trip then delays the launch's end. The rest of the workspace is zero after the launch as always.
+  bool caller_resets = false;
 };
 
 // Device weight layouts. kCanonical: per expert, codes [N, K/2] uint8 then block scales [N, K/16] e4m3,
@@ -143,6 +148,12 @@ class GroupedGemmTactic {
   virtual Status run_chained(const GroupedGemmArgs& fc1, const GroupedGemmArgs& fc2, Stream stream) const {
     (void)fc1, (void)fc2, (void)stream;
     return Status(StatusCode::kUnsupported, desc().name + ": no chained FC1 -> FC2 launch");
+  }
+  // The leading workspace bytes a chained launch with GroupedGemmArgs::caller_resets leaves non-zero (a
+  // multiple of 16, at most workspace_bytes(fc1)); 0: the tactic does not take caller_resets.
+  virtual size_t chained_reset_bytes(const GemmProblem& fc1) const {
+    (void)fc1;
+    return 0;
   }
 };
 

@@ -307,11 +307,11 @@ class CudaMoeEngine final : public MoeEngine {
     if (current != opts_.device) FP4MOE_CUDA_RETURN(cudaSetDevice(opts_.device));
 
     const BucketTactics& bt = tactics_[bucket_index(T)];
+    size_t reset = 0;  // workspace bytes the routed launch leaves to finalize (GroupedGemmArgs::caller_resets)
     if (bt.fold && fused_front(T)) {  // the shared expert runs as expert E of the routed launch, rows P..P+T
-      const Status st = routed(x, T, logits, bt, true, stream);
+      const Status st = routed(x, T, logits, bt, true, stream, &reset);
       if (!st.is_ok()) return st;
-      return launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), ptrs_.y + T * K * H, T,
-                                     K, H, out, stream);
+      return finalize(ptrs_.y + T * K * H, T, out, stream, reset);
     }
     Status st;
     const uint16_t* y_shared = nullptr;
@@ -328,30 +328,40 @@ class CudaMoeEngine final : public MoeEngine {
       FP4MOE_CUDA_RETURN(cudaEventRecord(join_, side_));
       y_shared = ptrs_.ys;
     }
-    st = routed(x, T, logits, bt, false, stream);
+    st = routed(x, T, logits, bt, false, stream, &reset);
     // Join the side stream even after an error, so a capture in progress stays well formed.
     if (y_shared) {
       const cudaError_t err = cudaStreamWaitEvent(stream, join_, 0);
       if (st.is_ok() && err != cudaSuccess) return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
     }
     if (!st.is_ok()) return st;
-    return launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, K, H, out,
-                                   stream);
+    return finalize(y_shared, T, out, stream, reset);
   }
 
   // Serial variant: routed experts and finalize on `stream` after the shared expert.
   Status finish_forward(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt,
                         const uint16_t* y_shared, uint16_t* out, cudaStream_t stream) {
-    const Status st = routed(x, T, logits, bt, false, stream);
+    size_t reset = 0;
+    const Status st = routed(x, T, logits, bt, false, stream, &reset);
     if (!st.is_ok()) return st;
-    return launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, cfg_.topk,
-                                   cfg_.hidden, out, stream);
+    return finalize(y_shared, T, out, stream, reset);
+  }
+
+  // The combine into `out`, which also zeroes the first `reset` bytes of the tactics' workspace where the
+  // routed launch left them (GroupedGemmArgs::caller_resets). Should the launch fail, they are zeroed by a
+  // memset instead, so that the next forward does not start on this one's counters.
+  Status finalize(const uint16_t* y_shared, int64_t T, uint16_t* out, cudaStream_t stream, size_t reset) {
+    const Status st = launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T,
+                                              cfg_.topk, cfg_.hidden, out, stream, reset ? ptrs_.tactic : nullptr, reset);
+    if (!st.is_ok() && reset > 0) (void)cudaMemsetAsync(ptrs_.tactic, 0, reset, stream);
+    return st;
   }
 
   // Routing, permutation and the routed experts' FC1 / FC2 on `stream`; with `fold` (bt.fold and
   // fused_front(T)) the shared expert too, as expert E holding grouped rows P .. P + T - 1.
   Status routed(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt, bool fold,
-                cudaStream_t stream) {
+                cudaStream_t stream, size_t* reset) {
+    *reset = 0;
     const int64_t K = cfg_.topk, E = cfg_.num_experts, H = cfg_.hidden, I = cfg_.inter;
     Status st;
     // Routing is global (all E experts) on every rank.
@@ -441,7 +451,14 @@ class CudaMoeEngine final : public MoeEngine {
       a2.last_expert_weights = w_.shared_fc2.weights(bt.fc2->desc().layout);
       a2.last_expert_scales = w_.shared_fc2.tensor_scales.as<float>();
     }
-    if (bt.chain) return bt.fc1->run_chained(a1, a2, stream);
+    if (bt.chain) {
+      // The chained launch leaves its counters to finalize, the next kernel on this stream.
+      const size_t bytes = bt.fc1->chained_reset_bytes(a1.problem);
+      a1.caller_resets = bytes > 0;
+      st = bt.fc1->run_chained(a1, a2, stream);
+      if (st.is_ok()) *reset = bytes;
+      return st;
+    }
     if ((st = bt.fc1->run(a1, stream)), !st.is_ok()) return st;
     return bt.fc2->run(a2, stream);
 

@@ -75,9 +75,13 @@ Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* 
 // The same combine over the pairs whose grouped row is below *kept_rows (a device int, e.g. the permuted
 // offsets' start of the expert-parallel dropped bucket); the other pairs are skipped, as if their weight
 // were 0, and their rows are never read. kept_rows null: every pair (== launch_finalize).
+// reset (16-byte aligned, reset_bytes a multiple of 16) or null: bytes the kernel zeroes after its
+// programmatic-launch wait, i.e. once the kernel before it on the stream has ended (the chained GEMM
+// launch's counters, GroupedGemmArgs::caller_resets).
 Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const float* weights,
                                const int32_t* kept_rows, const uint16_t* y_shared, int64_t tokens, int64_t topk,
-                               int64_t hidden, uint16_t* out, Stream stream);
+                               int64_t hidden, uint16_t* out, Stream stream, void* reset = nullptr,
+                               size_t reset_bytes = 0);
 
 // --- expert parallelism (expert_parallel.cu) --------------------------------------------------------
 // local_ids[i] = ids[i] - first when first <= ids[i] < first + count, else count (the dropped bucket),

@@ -8,7 +8,9 @@
 // Expert-parallel partials (kept_rows non-null): a pair whose grouped row is >= *kept_rows went to
 // another rank's expert (the permutation's dropped bucket, whose rows FC2 never wrote) and is skipped;
 // skipping equals adding w * 0 in the reference's order, so a partial is the reference with the other
-// ranks' weights zeroed.
+// ranks' weights zeroed. Where the forward's chained GEMM launch leaves its counters to the next kernel
+// (GroupedGemmArgs::caller_resets), every thread of the grid first zeroes its share of them (16-byte
+// stores), after the programmatic-launch wait, when that launch has ended.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -32,8 +34,15 @@ template <int kBatch>
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_pos,
                     const float* __restrict__ weights, const int32_t* __restrict__ kept_rows,
-                    const uint16_t* __restrict__ y_shared, int topk, int hidden, uint16_t* __restrict__ out) {
+                    const uint16_t* __restrict__ y_shared, int topk, int hidden, uint16_t* __restrict__ out,
+                    uint4* __restrict__ reset, int reset_units) {
   pdl_wait();  // programmatic dependent launch (common/pdl_launch.h): FC2's rows come from the kernel before
+  if (reset_units > 0) {
+    const int threads = static_cast<int>(gridDim.x * gridDim.y) * kFinalizeThreads;
+    for (int i = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) * kFinalizeThreads + static_cast<int>(threadIdx.x);
+         i < reset_units; i += threads)
+      reset[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
   const int t = blockIdx.x;
   const int c8 = blockIdx.y * kFinalizeThreads + threadIdx.x;  // group of 8 columns
   if (c8 * 8 >= hidden) return;
@@ -95,15 +104,21 @@ Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* 
 
 Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const float* weights,
                                const int32_t* kept_rows, const uint16_t* y_shared, int64_t tokens, int64_t topk,
-                               int64_t hidden, uint16_t* out, Stream stream) {
+                               int64_t hidden, uint16_t* out, Stream stream, void* reset, size_t reset_bytes) {
   if (tokens == 0) return Status::ok();
   if (hidden % 8 != 0)
     return Status(StatusCode::kInvalidArgument, fmt::format("finalize: hidden = {} is not a multiple of 8", hidden));
+  if (reset_bytes > 0 && (reset == nullptr || (reinterpret_cast<uintptr_t>(reset) & 15) != 0 || reset_bytes % 16 != 0 ||
+                          reset_bytes / 16 > static_cast<size_t>(INT_MAX)))
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("finalize: the bytes to zero after the GEMM launch ({} at {}) must be a 16-byte aligned "
+                              "multiple of 16 below 2^35", reset_bytes, fmt::ptr(reset)));
   const int64_t groups = hidden / 8;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((groups + kFinalizeThreads - 1) / kFinalizeThreads));
   auto kernel = topk <= 8 ? finalize_kernel<8> : (topk <= 16 ? finalize_kernel<16> : finalize_kernel<0>);
   const cudaError_t err = launch_pdl(kernel, grid, dim3(kFinalizeThreads), 0, stream, y, pair_pos, weights, kept_rows,
-                                     y_shared, static_cast<int>(topk), static_cast<int>(hidden), out);
+                                     y_shared, static_cast<int>(topk), static_cast<int>(hidden), out,
+                                     static_cast<uint4*>(reset), static_cast<int>(reset_bytes / 16));
   if (err != cudaSuccess) return cuda_status(err, "finalize_kernel launch", __FILE__, __LINE__);
   return Status::ok();
 }

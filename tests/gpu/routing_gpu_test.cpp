@@ -311,7 +311,8 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
 // per token, fp32 products and sums in rank order, then the shared expert's row, rounded to bf16. One
 // token and several, top-k 8 (the batched loads) and 20 (one pair at a time), with and without a shared
 // row, and with an expert shard's dropped pairs (kept_rows) whose rows must not count. Outputs are
-// poisoned first.
+// poisoned first. Where the shard's case runs, the kernel also zeroes a poisoned region after its wait
+// (the chained GEMM launch's counters, GroupedGemmArgs::caller_resets), larger than its grid at T = 1.
 TEST(Finalize, EqualsHostCombine) {
   const int64_t H = 1040;  // two column blocks of 256 threads x 8, the second partial
   int checked = 0;
@@ -334,12 +335,20 @@ TEST(Finalize, EqualsHostCombine) {
           Dev kr = Dev::from(std::vector<int32_t>{static_cast<int32_t>(kept)});
           Dev out(static_cast<size_t>(T * H) * 2);
           out.poison();
+          const size_t reset_bytes = shard ? 16 * 1031 : 0;  // more 16-byte units than the grid has threads
+          Dev reset(16 * 1031 + 16);
+          reset.poison();
           const Status st = engine::launch_finalize_partial(y.as<uint16_t>(), pp.as<int32_t>(), w.as<float>(),
                                                             shard ? kr.as<int32_t>() : nullptr,
                                                             shared ? ys.as<uint16_t>() : nullptr, T, K, H,
-                                                            out.as<uint16_t>(), nullptr);
+                                                            out.as<uint16_t>(), nullptr, reset.get(), reset_bytes);
           ASSERT_TRUE(st.is_ok()) << st.to_string();
           CUDA_OK(cudaDeviceSynchronize());
+          const std::vector<uint8_t> rb = reset.download<uint8_t>(16 * 1031 + 16);
+          for (size_t i = 0; i < rb.size(); ++i) {
+            const bool zeroed = i < reset_bytes;
+            ASSERT_EQ(rb[i] == 0, zeroed) << "reset byte " << i << " of " << reset_bytes;
+          }
           std::vector<uint16_t> want(static_cast<size_t>(T * H));
           for (int64_t t = 0; t < T; ++t)
             for (int64_t c = 0; c < H; ++c) {
@@ -357,6 +366,15 @@ TEST(Finalize, EqualsHostCombine) {
           ++checked;
         }
   EXPECT_EQ(checked, 16);
+  // A region to zero that is not a 16-byte aligned multiple of 16 is refused, naming it.
+  Dev y(16 * 64), w(64), pp(64), out(16 * 64), reset(64);
+  for (const auto& [off, bytes] : {std::pair<size_t, size_t>{0, 24}, {4, 16}}) {
+    const Status st = engine::launch_finalize_partial(y.as<uint16_t>(), pp.as<int32_t>(), w.as<float>(), nullptr,
+                                                      nullptr, 1, 8, 64, out.as<uint16_t>(), nullptr,
+                                                      static_cast<uint8_t*>(reset.get()) + off, bytes);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << off << " " << bytes;
+    EXPECT_NE(st.message().find("to zero"), std::string::npos) << st.message();
+  }
 }
 
 // Router logits (launch_router_logits) against the CPU reference on fresh random x and router weights:

@@ -171,6 +171,13 @@ class Sm90Tactic final : public GroupedGemmTactic {
     return partials_offset(p) + static_cast<size_t>(split_partial_bytes(BM, BN));
   }
 
+  // What a chained launch's finish_work_items would zero (the two schedule counters, all-FC1 and the
+  // Handover counters: split_counters_offset), rounded up to 16 bytes into the split counters, which are
+  // zero at rest.
+  size_t chained_reset_bytes(const GemmProblem& p1) const override {
+    return (split_counters_offset(p1) + 15) / 16 * 16;
+  }
+
   // Known before init(): the engine picks tactics for a chained launch before it initialises them.
   bool can_chain() const override { return !static_schedule_requested(); }
 
@@ -227,6 +234,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     prm.counters = static_cast<int*>(a1.workspace);
     prm.stage_wait = stage_wait_ ? 1 : 0;
     prm.fc2_throttle = fc2_throttle_;
+    prm.caller_resets = a1.caller_resets ? 1 : 0;
     bind_split(a1.workspace, p1, &prm);  // p2 has the same rows and experts (checked above)
     prm.fold_parts = fold_split_parts(prm.op[0].kchunks / Cfg::kChunksPerStage, prm.op[1].kchunks / Cfg::kChunksPerStage);
     return launch(kernel_chain(), prm, max_items(p1, prm.op[0].tiles64) + max_items(p2, prm.op[1].tiles64), stream);

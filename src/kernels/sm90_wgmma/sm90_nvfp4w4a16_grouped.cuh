@@ -123,6 +123,10 @@ struct LaunchParams {
   // hold at most D stages of FC2's weights and leave HBM to the slowest FC1 tiles, which every FC2 item
   // waits for (sm90_producer.cuh; docs/perf.md, sm90 step 56).
   int fc2_throttle = 0;
+  // kChain, 1: the launch leaves its schedule counters and FC1 signals for the caller to zero after it
+  // (GroupedGemmArgs::caller_resets): no CTA counts itself done, so none waits for that round trip and
+  // the last one does not zero them before the launch can end.
+  int caller_resets = 0;
   int* split_counters = nullptr;
   float4* partials = nullptr;
   // Zero, from the host: the e4m3 tile's wgmma scale_d operand for a chunk's fresh accumulator. A constant
@@ -292,7 +296,7 @@ __device__ __forceinline__ bool reduce_split_any_order(float (&acc)[Cfg::kM64Per
 
 // What the consumers hand to the signal warp after an item (signal ring slot: kind, two arguments).
 enum SignalKind : int32_t {
-  kSignalEnd = 0,        // no more items: count the CTA done (a chained launch) and leave
+  kSignalEnd = 0,        // no more items: count the CTA done (a chained launch, unless caller_resets) and leave
   kSignalSplitPart = 1,  // a split part's partials are stored: argument = its tile's first counter
   kSignalFc1Tile = 2,    // a chained FC1 tile's rows are stored: arguments = its token tile and m-tile
 };
@@ -307,7 +311,10 @@ enum SignalKind : int32_t {
 // all-FC1 counter (one per consumer warpgroup, as before), or 1
 // to each consumer warpgroup's counter of a split tile. The ring's empty barriers hold the consumers back
 // if this warp falls kSignalRing hand-overs behind. A chained launch's CTA counts itself done here, after
-// its last signal (they must precede the last CTA's reset of the tile counters).
+// its last signal (they must precede the last CTA's reset of the tile counters), unless the caller
+// zeroes the counters after the launch (LaunchParams::caller_resets: the engine's finalize; the done
+// count's fence and round trip, and the last CTA's reset, were about 1.5 us of GLM-5's T=1 forward at
+// the launch's end, docs/perf.md, sm90 step 58).
 template <class Cfg>
 __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint64_t* sig_empty, const int32_t* s_sig,
                                 int extra_counters, int lane) {
@@ -331,7 +338,7 @@ __device__ void run_signal_warp(const LaunchParams& p, uint64_t* sig_full, uint6
     mbar_arrive(&sig_empty[slot]);
     if (kind == kSignalEnd) break;
   }
-  finish_work_items(p.counters, extra_counters);
+  if (!p.caller_resets) finish_work_items(p.counters, extra_counters);
 }
 
 // The consumers' side of a hand-over (every consumer thread, after its own stores of the item).
@@ -604,7 +611,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) sm90_nvfp4w4a1
     }
   }
   if (consumer == 0 && tid == 0) FP4MOE_TRACE_PUT(static_cast<int>(kMode), 2, FP4MOE_TRACE_NOW());
-  // A chained launch's signal warp leaves after this and counts the CTA done after its last signal. One
+  // A chained launch's signal warp leaves after this and counts the CTA done after its last signal (unless
+  // the caller resets the counters: LaunchParams::caller_resets). One
   // GEMM alone has no signal warp (nothing to publish) and needs no such wait: the weight producer counts
   // the CTA done after its last fetch, while the consumers still run, which keeps the done count's round
   // trip off the kernel's end (1-2 us at T = 1 when the consumers did it for every launch).

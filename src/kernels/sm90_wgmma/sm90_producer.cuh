@@ -18,7 +18,8 @@
 // home, and completes one more stage with no copies (33 plain arrivals): the consumers wake up, read
 // -1 and leave. A CTA that starts late (its SM busy with another kernel) simply takes fewer items.
 // Then the CTA counts itself done (a chained launch: the signal warp, after its last signal); the last CTA
-// resets the counters to zero for the next launch (sm90_scheduler.cuh). Without counters the items
+// resets the counters to zero for the next launch (sm90_scheduler.cuh), or, in a chained launch with
+// LaunchParams::caller_resets, the next kernel on the stream does. Without counters the items
 // are b, b + gridDim.x, ..., through the same ring. Warp 0 runs at most STAGES items ahead of the
 // consumers and warp 1 never behind them, so the 16-slot item ring is not overrun.
 //

@@ -22,7 +22,9 @@
 // The counters in the tactic's workspace (next item, CTAs done, then for a chained launch FC1's
 // signals: all of them, and one count per token tile and FC2 stage, Handover) are zero before a launch
 // and zero again after it: the last CTA to finish resets them (finish_work_items), and the last part of
-// a split tile resets that tile's arrival counter, so graph replays need no memset. Whoever allocates
+// a split tile resets that tile's arrival counter, so graph replays need no memset. (A chained launch with
+// GroupedGemmArgs::caller_resets leaves the first chained_reset_bytes to the caller, which zeroes them in
+// the next kernel on the stream: the engine's finalize.) Whoever allocates
 // the workspace zeroes it once (GroupedGemmTactic::workspace_bytes). Without a workspace (or with
 // FP4MOE_SM90_STATIC_SCHEDULE=1) CTA b takes items b, b + gridDim.x, ..., the same item ring and
 // sentinel, no atomics.
