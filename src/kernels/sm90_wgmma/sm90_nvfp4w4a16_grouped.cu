@@ -84,9 +84,8 @@ Status split_mode_requested(int* mode, const std::string& tactic) {
     *mode = 1;
     return Status::ok();
   }
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 2 || n > kMaxSplit || (n & (n - 1)) != 0)
+  long n = 0;
+  if (!env_integer_in(v, 2, kMaxSplit, &n) || (n & (n - 1)) != 0)
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("{}: FP4MOE_SM90_SPLIT_K='{}': expected auto, off, or a power of two in [2, {}]", tactic, s,
                               kMaxSplit));
@@ -101,9 +100,8 @@ Status fc2_throttle_requested(int* depth, const std::string& tactic) {
   const char* v = std::getenv("FP4MOE_SM90_FC2_THROTTLE");
   *depth = kFc2Throttle;
   if (!v || !*v) return Status::ok();
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > 16)
+  long n = 0;
+  if (!env_integer_in(v, 0, 16, &n))
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("{}: FP4MOE_SM90_FC2_THROTTLE='{}': expected a stage count in [0, 16] (0: off)", tactic, v));
   *depth = static_cast<int>(n);
