@@ -74,7 +74,7 @@ struct GroupedGemmArgs {
   const DecodeRouting* routing = nullptr;
   uint16_t* out = nullptr;                  // device bf16 [total_rows, n]; rows past offsets[E] untouched
   void* workspace = nullptr;                // device, workspace_bytes(problem) bytes, zeroed before the
-                                            // first run; every run leaves it zero again
+                                            // first run; every run leaves it zero again (but see caller_resets)
   // FC1's args of run_chained only: true, the launch leaves its first chained_reset_bytes(fc1 problem)
   // workspace bytes for the caller to zero, on the same stream after it and before the next run on that
   // workspace (the engine's finalize does), instead of zeroing them in its last CTA, whose extra round

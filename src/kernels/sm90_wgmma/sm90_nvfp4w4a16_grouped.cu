@@ -163,8 +163,9 @@ class Sm90Tactic final : public GroupedGemmTactic {
   // one for all of FC1's signals and one per token tile (at most rows / kTileRows + E tiles) and FC2 stage
   // (chain_stages: FC2's K, FC1's N, in BK stages after the padding to kPackKAlign); then (decode
   // tiles) the split reduction's arrival counters, one per unit and consumer warpgroup, and, 16-byte
-  // aligned, its fp32 partial tiles (split_partial_bytes). Every region is zero again after a run. A
-  // null workspace runs the static schedule (no chain, no split).
+  // aligned, its fp32 partial tiles (split_partial_bytes). Every region is zero again after a run (a
+  // chained run with caller_resets: once the caller zeroed chained_reset_bytes). A null workspace runs the
+  // static schedule (no chain, no split).
   size_t workspace_bytes(const GemmProblem& p) const override {
     return partials_offset(p) + static_cast<size_t>(split_partial_bytes(BM, BN));
   }
