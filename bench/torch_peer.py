@@ -23,13 +23,15 @@ It also measures the two ceilings of shared/DESIGN.md section 6 with torch in th
 device-to-device copy (1 GiB, read + write bytes, best of 5) and the bf16 8192^3 matmul (best of 10).
 The floor is max(touched bytes / copy, FLOPs / matmul) with fp4moe's touched NVFP4 bytes; both columns
 use the same floor. Each forward is captured in a CUDA graph and timed over replays with CUDA events
-(eager timing when capture fails, said in the table). Prints the combined table, and writes
+(eager timing when capture fails, said in the table), after the card has been left idle --settle-ms, as
+`fp4moe bench` does. Prints the combined table, and writes
 DIR/peer.json and DIR/table.md.
 """
 import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +167,9 @@ def main():
                     help="directory written by `fp4moe bench --dump-dir` (repeatable: the peer runs once per T "
                          "with the first directory's routing and is compared with each fp4moe run)")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--settle-ms", type=float, default=50.0,
+                    help="before each T: synchronise, then leave the card idle this long (as `fp4moe bench "
+                         "--settle-ms`: the driver's work after large frees slows the next ~10 ms of kernels)")
     args = ap.parse_args()
     benches = []
     for d in args.bench_dir:
@@ -198,6 +203,8 @@ def main():
         w = torch.from_file(os.path.join(first_dir, f"routing_T{T}_weights.bin"), dtype=torch.float32,
                             size=T * K).view(T, K).to("cuda")
         x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        time.sleep(max(0.0, args.settle_ms) / 1e3)
         if ep > 1:
             flat = ids.reshape(-1)
             mine = ((flat >= lo) & (flat < lo + n_local)).nonzero().view(-1)  # the rank's pairs, before timing

@@ -38,6 +38,11 @@ def main():
     expect_error(fp, ["run", "--preset", "glm5", "--config", "x.json"], EXIT_USAGE, "run", ["--preset", "--config"])
     expect_error(fp, ["run", "--preset", "no-such-model", "--backend", "cpu"], 3, "run", ["no-such-model", "glm5"])
     expect_error(fp, ["inspect"], EXIT_USAGE, "inspect", ["PATH"])
+    rc, out, err = run(fp, "bench", "--help")
+    check(rc == 0 and "--settle-ms" in out and "--warmup-ms" in out, "fp4moe bench --help lists --settle-ms and --warmup-ms")
+    expect_error(fp, ["bench", "--settle-ms", "-1"], EXIT_USAGE, "bench", ["--settle-ms"])
+    expect_error(fp, ["bench", "--settle-ms", "20000"], EXIT_USAGE, "bench", ["--settle-ms"])
+    expect_error(fp, ["bench", "--warmup-ms", "-5"], EXIT_USAGE, "bench", ["--warmup-ms"])
     print(f"cli_usage: all {cli_common.checks} checks passed")
 
 

@@ -1,7 +1,10 @@
 // `fp4moe bench`: the performance table of shared/DESIGN.md section 6 for one MoE layer shape on the GPU.
 //
 // Per token count T (default 1, 8, 32, 128, 512, 2048, 8192): the forward is captured in a CUDA graph
-// and timed over replays with events (uniform random routing from N(0, 1) logits). Reported: time,
+// and timed over replays with events (uniform random routing from N(0, 1) logits), after the card has
+// been left idle --settle-ms (the set-up's large frees leave the driver work that slows the next ~10 ms
+// of kernels) and --warmup replays (--warmup-ms: more, by time). One warp measures the SM clock before
+// the warm-up and right after the timed replays (fp4moe/sm_clock.h); the table prints both. Reported: time,
 // effective TB/s on the touched weight bytes (experts that received a token x (2I*H + H*I) x 0.5625
 // bytes), TFLOP/s (2*T*topk*3*I*H), and the percentage of the floor max(bytes / copy ceiling, FLOPs /
 // matmul ceiling). The copy ceiling is measured in the same run (device-to-device cudaMemcpy of 1 GiB,
@@ -38,10 +41,14 @@
 #include "fp4moe/config.h"
 #include "fp4moe/device_caps.h"
 #include "fp4moe/engine.h"
+#include "fp4moe/sm_clock.h"
 #include "fp4moe/status.h"
 
 #ifdef FP4MOE_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <thread>
 #endif
 #if defined(FP4MOE_HAVE_CUDA) && defined(FP4MOE_SM90_TRACE)
 #include "kernels/sm90_wgmma/sm90_family.h"
@@ -58,6 +65,14 @@ struct BenchOptions {
   std::string tokens = "1,8,32,128,512,2048,8192";
   int iters = 20;
   int warmup = 3;
+  double warmup_ms = 0;       // after `warmup` replays, more untimed replays until this much time has passed
+  // Before the copy ceiling and before each T is captured and timed: the device synchronised, then the
+  // host idle this long. The driver's work after a large cudaFree (the engine's set-up releases its
+  // staging copy of the weights, the copy ceiling's probe its 2 GiB) competes with the next ~10 ms of
+  // kernels on the card: a T = 1 forward timed within them takes 63 us instead of 59, and the copy
+  // ceiling reads 3.8 TB/s instead of 4.2 (docs/perf.md, sm90 step 60). It also keeps a row from
+  // inheriting the previous T's power draw.
+  double settle_ms = 50;
   int device = 0;
   uint64_t seed = SyntheticSpec{}.seed;
   int tp = 1;                 // tensor-parallel shard: I / tp per GPU
@@ -147,6 +162,13 @@ void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(StatusCode::kCudaError, fmt::format("{} failed: {}", what, cudaGetErrorString(e)));
 }
 
+void probe_ok(const Status& st) {
+  if (!st.is_ok()) throw Error(st.code(), st.message());
+}
+
+// The SM clock probes' window (include/fp4moe/sm_clock.h): long against %globaltimer's update step.
+constexpr int64_t kProbeWindowNs = 50000;
+
 struct DevMem {
   void* p = nullptr;
   explicit DevMem(size_t bytes) { cuda_ok(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc"); }
@@ -179,7 +201,8 @@ double measure_copy_tbs(cudaStream_t s) {
 }
 
 struct Row {
-  int64_t tokens = 0, touched = 0, pairs = 0;
+  int64_t tokens = 0, touched = 0, pairs = 0, warmup_replays = 0;
+  double mhz_before = 0, mhz_after = 0;  // SM clock before the warm-up and right after the timed replays
   double ms = 0, bytes = 0, flops = 0, tbs = 0, tflops = 0, floor_ms = 0, pct = 0;
   std::string fc1, fc2;
 };
@@ -235,6 +258,12 @@ int bench_command(const BenchOptions& o) {
                 "--trace: this build records no sm90 timeline (configure with -DFP4MOE_SM90_TRACE=ON)");
 #endif
   }
+  const auto settle = [&] {  // see BenchOptions::settle_ms
+    if (o.settle_ms <= 0) return;
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.settle_ms));
+  };
+  settle();  // the engine's set-up has just released its staging copy of the weights
   const double copy_tbs = measure_copy_tbs(s);
   fmt::print("device: {} (sm_{}, {} SMs), copy ceiling {:.2f} TB/s (measured), bf16 matmul ceiling {:.0f} TFLOP/s "
              "(given)\n",
@@ -244,6 +273,7 @@ int bench_command(const BenchOptions& o) {
 
   const int64_t H = cfg.hidden, E = cfg.num_experts, K = cfg.topk, I = cfg.inter;
   const double expert_bytes = (2.0 * I * H + 1.0 * H * I) * 0.5625;
+  DevMem probe(32);  // two SM clock probes' (cycles, ns)
   DevMem x(static_cast<size_t>(max_t * H) * 2), logits(static_cast<size_t>(max_t * E) * 4),
       out(static_cast<size_t>(max_t * H) * 2);
   std::vector<Row> rows;
@@ -275,6 +305,7 @@ int bench_command(const BenchOptions& o) {
       }
     const int64_t touched = static_cast<int64_t>(held.size());
 
+    settle();
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -282,18 +313,38 @@ int bench_command(const BenchOptions& o) {
     cuda_ok(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
     if (!fs.is_ok()) throw Error(fs.code(), fmt::format("forward T={} during capture: {}", T, fs.message()));
     cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    for (int i = 0; i < o.warmup; ++i) cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    cuda_ok(cudaMemsetAsync(probe.p, 0, 32, s), "cudaMemsetAsync probe");
+    probe_ok(enqueue_sm_clock_probe(s, kProbeWindowNs, static_cast<uint64_t*>(probe.p)));
     cudaEvent_t e0, e1;
     cuda_ok(cudaEventCreate(&e0), "cudaEventCreate");
     cuda_ok(cudaEventCreate(&e1), "cudaEventCreate");
+    for (int i = 0; i < o.warmup; ++i) cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    int64_t warmup_replays = o.warmup;
+    if (o.warmup_ms > 0) {
+      // Time-based warm-up: 3 replays estimate a replay's time, then as many more as fill warmup_ms.
+      cuda_ok(cudaEventRecord(e0, s), "cudaEventRecord");
+      for (int i = 0; i < 3; ++i) cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+      cuda_ok(cudaEventRecord(e1, s), "cudaEventRecord");
+      cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize");
+      float est_ms = 0;
+      cuda_ok(cudaEventElapsedTime(&est_ms, e0, e1), "cudaEventElapsedTime");
+      const double per = std::max(1e-4, est_ms / 3.0);
+      const int64_t more = std::max<int64_t>(0, static_cast<int64_t>((o.warmup_ms - est_ms) / per + 0.999));
+      for (int64_t i = 0; i < more; ++i) cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+      warmup_replays += 3 + more;
+    }
     cuda_ok(cudaEventRecord(e0, s), "cudaEventRecord");
     for (int i = 0; i < o.iters; ++i) cuda_ok(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
     cuda_ok(cudaEventRecord(e1, s), "cudaEventRecord");
+    probe_ok(enqueue_sm_clock_probe(s, kProbeWindowNs, static_cast<uint64_t*>(probe.p) + 2));
     cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize");
     float total_ms = 0;
     cuda_ok(cudaEventElapsedTime(&total_ms, e0, e1), "cudaEventElapsedTime");
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    uint64_t clk[4] = {0, 0, 0, 0};
+    cuda_ok(cudaMemcpyAsync(clk, probe.p, sizeof(clk), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync probe");
+    cuda_ok(cudaStreamSynchronize(s), "sm clock probe");
 #ifdef FP4MOE_SM90_TRACE
     if (trace_out) {  // one more replay with the records cleared
       cuda_ok(cudaMemset(trace_buf->p, 0, sm90::kTraceBytes), "cudaMemset trace");
@@ -312,6 +363,9 @@ int bench_command(const BenchOptions& o) {
     r.touched = touched;
     r.pairs = pairs;
     r.ms = total_ms / o.iters;
+    r.warmup_replays = warmup_replays;
+    r.mhz_before = sm_clock_mhz(clk);
+    r.mhz_after = sm_clock_mhz(clk + 2);
     r.bytes = touched * expert_bytes;
     r.flops = 2.0 * pairs * 3.0 * I * H;
     r.tbs = r.bytes / (r.ms * 1e-3) / 1e12;
@@ -322,7 +376,9 @@ int bench_command(const BenchOptions& o) {
     r.fc2 = engine->fc2_tactic_for(T);
     rows.push_back(r);
     dump_rows.push_back({{"tokens", T}, {"touched_experts", touched}, {"local_pairs", pairs}, {"ms", r.ms}, {"bytes", r.bytes},
-                         {"flops", r.flops}, {"fc1", r.fc1}, {"fc2", r.fc2}});
+                         {"flops", r.flops}, {"fc1", r.fc1}, {"fc2", r.fc2},
+                         {"warmup_replays", r.warmup_replays}, {"sm_mhz_before_warmup", r.mhz_before},
+                         {"sm_mhz_after_timing", r.mhz_after}});
     if (!o.dump_dir.empty()) {
       std::ofstream fi(fmt::format("{}/routing_T{}_ids.bin", o.dump_dir, T), std::ios::binary);
       fi.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 4));
@@ -341,11 +397,13 @@ int bench_command(const BenchOptions& o) {
   }
 #endif
 
-  fmt::print("\n{}\n{:>6} {:>8} {:>7} {:>11} {:>9} {:>9} {:>10} {:>8}  {}\n", shape.shard, "T", "experts", "pairs",
-             "time (us)", "TB/s", "TFLOP/s", "floor (us)", "% floor", "tactics (fc1 / fc2)");
+  fmt::print("\n{}\n{:>6} {:>8} {:>7} {:>11} {:>9} {:>9} {:>10} {:>8} {:>7} {:>11}  {}\n", shape.shard, "T", "experts",
+             "pairs", "time (us)", "TB/s", "TFLOP/s", "floor (us)", "% floor", "warm-up", "SM MHz b/a",
+             "tactics (fc1 / fc2)");
   for (const Row& r : rows)
-    fmt::print("{:>6} {:>8} {:>7} {:>11.1f} {:>9.2f} {:>9.1f} {:>10.1f} {:>7.1f}%  {} / {}\n", r.tokens, r.touched,
-               r.pairs, r.ms * 1e3, r.tbs, r.tflops, r.floor_ms * 1e3, r.pct, r.fc1, r.fc2);
+    fmt::print("{:>6} {:>8} {:>7} {:>11.1f} {:>9.2f} {:>9.1f} {:>10.1f} {:>7.1f}% {:>7} {:>5.0f}/{:<5.0f}  {} / {}\n",
+               r.tokens, r.touched, r.pairs, r.ms * 1e3, r.tbs, r.tflops, r.floor_ms * 1e3, r.pct, r.warmup_replays,
+               r.mhz_before, r.mhz_after, r.fc1, r.fc2);
   if (!o.dump_dir.empty()) {
     nlohmann::json j;
     j["device"] = caps.name;
@@ -365,6 +423,9 @@ int bench_command(const BenchOptions& o) {
     j["copy_tbs"] = copy_tbs;
     j["matmul_tflops_given"] = o.matmul_tflops;
     j["iters"] = o.iters;
+    j["warmup"] = o.warmup;
+    j["warmup_ms"] = o.warmup_ms;
+    j["settle_ms"] = o.settle_ms;
     j["rows"] = dump_rows;
     std::ofstream f(o.dump_dir + "/bench.json");
     f << j.dump(2) << "\n";
@@ -393,6 +454,15 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--tokens", o->tokens, "comma-separated token counts")->capture_default_str();
   sub.add_option("--iters", o->iters, "timed graph replays per T")->check(CLI::Range(1, 100000))->capture_default_str();
   sub.add_option("--warmup", o->warmup, "untimed replays per T")->check(CLI::Range(0, 1000))->capture_default_str();
+  sub.add_option("--warmup-ms", o->warmup_ms,
+                 "after --warmup, more untimed replays until this many milliseconds of them have run (0: none)")
+      ->check(CLI::Range(0.0, 10000.0))
+      ->capture_default_str();
+  sub.add_option("--settle-ms", o->settle_ms,
+                 "before each T: synchronise, then leave the card idle this many milliseconds (the driver's work "
+                 "after the set-up's large frees slows the next ~10 ms of kernels; 0: none)")
+      ->check(CLI::Range(0.0, 10000.0))
+      ->capture_default_str();
   sub.add_option("--device", o->device, "CUDA device index")->check(CLI::NonNegativeNumber)->capture_default_str();
   sub.add_option("--seed", o->seed, "seed of the synthetic weights and inputs")->capture_default_str();
   sub.add_option("--tp", o->tp, "tensor-parallel shard: benchmark one GPU's I / tp slice")
