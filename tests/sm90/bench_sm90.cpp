@@ -9,7 +9,8 @@
 //   touched bytes = active experts * (2I*H + H*I) * 0.5625   (codes + E4M3 scales)
 //   FLOPs         = 2 * T * topk * 3 * I * H
 // Weights are filled with a constant byte pattern: the kernel's work does not depend on the values
-// (correctness is tactics_test's job). The device-to-device copy ceiling is measured in the same run.
+// (correctness is tactics_test's job). The device-to-device copy ceiling is measured in the same run;
+// before the read ceiling and before each T the device is left idle 50 ms (docs/perf.md, sm90 step 60).
 //   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50] [--trace FILE]
 //   bench_sm90 --floor [--iters 200]
 // --floor: the least a forward replayed from a graph can take to read a decode step's weights, whatever
@@ -25,11 +26,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine_kernels.h"
@@ -270,7 +273,14 @@ int run(int argc, char** argv) {
   SM90_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
   SM90_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  // The device synchronised, then left idle 50 ms: a large cudaFree (the copy ceiling's 2 GiB) slows the
+  // next ~10 ms of kernels (docs/perf.md, sm90 step 60), as `fp4moe bench --settle-ms` does.
+  const auto settle = [] {
+    SM90_CUDA_OK(cudaDeviceSynchronize());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  };
   const double copy_tbs = ceiling ? copy_ceiling_tbs(s) : 0.0;
+  settle();
   const double read_tbs = ceiling ? read_ceiling_tbs(s, prop.multiProcessorCount) : 0.0;
   fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s (cudaMemcpy D2D, read+write), read ceiling {:.2f} TB/s "
              "(16-byte loads), shape H={} I={} E={} top-{}\n",
@@ -355,6 +365,7 @@ int run(int argc, char** argv) {
   fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9} {:>9} {:>8} {:>8}\n", "T", "gemm", "act", "tactic", "us", "TB/s",
              "TFLOP/s", "%read");
   for (int64_t T : tokens_list) {
+    settle();
     const Routing r = route_uniform(T, rng);
     off.upload(r.offsets.data(), r.offsets.size() * 4);
     idx.upload(r.row_token.data(), r.row_token.size() * 4);
