@@ -17,7 +17,9 @@
 // its kernels (docs/perf.md, sm90 step 40): per graph replay, one launch that reads nothing, and
 // launches that only read the routed (and shared) weight bytes of the GLM-5 layer and its TP8 shard at
 // T = 1, L2 cold (a 512 MB read before each, its own time subtracted) and warm (the same bytes again);
-// then the weight producer's bulk-copy ring without the math, with 1, 4 or 16 copies per stage.
+// then the resident-weights skeleton of the TP8 shard at T = 1 (resident_probe.cu, sm90 step 61), with
+// its stand-in math and without, and its timeline; then the weight producer's bulk-copy ring without the
+// math, with 1, 4 or 16 copies per stage.
 // --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
 // with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
@@ -49,6 +51,10 @@ cudaError_t launch_stream_read_unrolled(const void* src, size_t bytes, uint32_t*
 cudaError_t launch_empty(uint32_t* sink, int sms, cudaStream_t s);
 int64_t bulk_stream_bytes_per_cta(int stages);
 cudaError_t launch_bulk_stream(const void* src, int stages, int pieces, uint32_t* sink, int sms, cudaStream_t s);
+size_t resident_fc1_bytes();
+size_t resident_fc2_bytes();
+cudaError_t launch_resident_skeleton(const void* fc1, const void* fc2, const void* x, void* act, unsigned* counters,
+                                     void* y, unsigned long long* stamps, bool math, cudaStream_t s);
 }
 namespace {
 
@@ -214,6 +220,45 @@ int run_floor(int iters, cudaStream_t s, int sms) {
     fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10} {:>11.2f} {:>12}\n", c.what, c.bytes / 1e6, warm, cold,
                c.bytes > 0 ? fmt::format("{:.2f}", c.bytes / (cold * 1e-6) / 1e12) : std::string("-"), floor_us,
                c.bytes > 0 ? fmt::format("{:.0f}%", 100 * ceiling_us / floor_us) : std::string("-"));
+  }
+  // The resident-weights skeleton for the TP8 shard at T = 1 (resident_probe.cu, sm90 step 61): the same
+  // bytes as the "TP8 T=1 routed" row, all in shared memory at once, FC1 cut by rows, one publication;
+  // with its stand-in math and without (the structure's own floor). Then one cold launch of each with its
+  // timeline: per CTA, microseconds from the first CTA's entry.
+  DeviceBuffer r1(sm90test::resident_fc1_bytes()), r2(sm90test::resident_fc2_bytes()), rx(kH * 2),
+      ract(8 * 256 * 2), rcnt(64), ry(8 * kH * 2), rst(128 * 4 * 8);
+  SM90_CUDA_OK(cudaMemset(r1.get(), 0x37, r1.size()));
+  SM90_CUDA_OK(cudaMemset(r2.get(), 0x37, r2.size()));
+  SM90_CUDA_OK(cudaMemset(rx.get(), 0x3c, rx.size()));
+  SM90_CUDA_OK(cudaMemset(rcnt.get(), 0, rcnt.size()));
+  for (const bool math : {true, false}) {
+    auto skeleton = [&](cudaStream_t st, unsigned long long* stamps) {
+      SM90_CUDA_OK(sm90test::launch_resident_skeleton(r1.get(), r2.get(), rx.get(), ract.get(),
+                                                      static_cast<unsigned*>(rcnt.get()), ry.get(), stamps, math, st));
+    };
+    auto plain = [&](cudaStream_t st) { skeleton(st, nullptr); };
+    const double bytes = double(r1.size() + r2.size());
+    const double warm = median3([&] { return time_graph(plain, iters, s) * 1e3; });
+    const double cold = cold_us(plain);
+    const double floor_us = graph_empty + (cold - cold_empty);
+    fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>11.0f}%\n",
+               math ? "resident skeleton TP8 T=1" : "resident skeleton, no math", bytes / 1e6, warm, cold,
+               bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
+    SM90_CUDA_OK(cudaMemset(rst.get(), 0, rst.size()));
+    evict(s);
+    skeleton(s, static_cast<unsigned long long*>(rst.get()));
+    SM90_CUDA_OK(cudaStreamSynchronize(s));
+    std::vector<unsigned long long> v(128 * 4);
+    SM90_CUDA_OK(cudaMemcpy(v.data(), rst.get(), rst.size(), cudaMemcpyDeviceToHost));
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < 128; ++b) t0 = std::min(t0, v[b * 4]);
+    const char* names[4] = {"entry", "FC1 summed", "publication seen", "end"};
+    for (int i = 0; i < 4; ++i) {
+      std::vector<double> x(128);
+      for (int b = 0; b < 128; ++b) x[b] = (v[b * 4 + i] - t0) / 1e3;
+      std::sort(x.begin(), x.end());
+      fmt::print("  {:<18} min {:>6.2f}  p50 {:>6.2f}  max {:>6.2f} us\n", names[i], x[0], x[64], x[127]);
+    }
   }
   // The weight producer's access pattern without the math (stream_probe.cu): 24 k256 stages per SM,
   // a GLM-5 T=1 FC1 tile's bytes, as 4 streams per CTA (the packed layout), 1, or 16; and the same
