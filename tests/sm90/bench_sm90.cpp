@@ -54,7 +54,9 @@ cudaError_t launch_bulk_stream(const void* src, int stages, int pieces, uint32_t
 size_t resident_fc1_bytes();
 size_t resident_fc2_bytes();
 cudaError_t launch_resident_skeleton(const void* fc1, const void* fc2, const void* x, void* act, unsigned* counters,
-                                     void* y, unsigned long long* stamps, bool math, cudaStream_t s);
+                                     void* y, unsigned long long* stamps, bool math, bool cluster, int fc2_after,
+                                     cudaStream_t s);
+int resident_max_active_clusters();
 }
 namespace {
 
@@ -222,19 +224,31 @@ int run_floor(int iters, cudaStream_t s, int sms) {
                c.bytes > 0 ? fmt::format("{:.0f}%", 100 * ceiling_us / floor_us) : std::string("-"));
   }
   // The resident-weights skeleton for the TP8 shard at T = 1 (resident_probe.cu, sm90 step 61): the same
-  // bytes as the "TP8 T=1 routed" row, all in shared memory at once, FC1 cut by rows, one publication;
-  // with its stand-in math and without (the structure's own floor). Then one cold launch of each with its
-  // timeline: per CTA, microseconds from the first CTA's entry.
+  // bytes as the "TP8 T=1 routed" row, all in shared memory at once, FC1 cut by rows, one publication
+  // through global memory ("skeleton") or inside a 16-CTA cluster per expert ("clusters", where the device
+  // holds eight such clusters at once); with its stand-in math and without (the structure's own floor).
+  // After each, one cold launch with its timeline: per CTA, microseconds from the first CTA's entry.
   DeviceBuffer r1(sm90test::resident_fc1_bytes()), r2(sm90test::resident_fc2_bytes()), rx(kH * 2),
       ract(8 * 256 * 2), rcnt(64), ry(8 * kH * 2), rst(128 * 4 * 8);
   SM90_CUDA_OK(cudaMemset(r1.get(), 0x37, r1.size()));
   SM90_CUDA_OK(cudaMemset(r2.get(), 0x37, r2.size()));
   SM90_CUDA_OK(cudaMemset(rx.get(), 0x3c, rx.size()));
   SM90_CUDA_OK(cudaMemset(rcnt.get(), 0, rcnt.size()));
-  for (const bool math : {true, false}) {
+  const int clusters = sm90test::resident_max_active_clusters();
+  fmt::print("resident skeleton: the device holds {} of its 16-CTA clusters at once (8 needed)\n", clusters);
+  struct Variant {
+    bool math, cluster;
+    int fc2_after;
+  };
+  for (const Variant vr : {Variant{true, false, 0}, Variant{false, false, 0}, Variant{false, false, 6},
+                           Variant{false, false, 9}, Variant{false, false, 12}, Variant{true, false, 9},
+                           Variant{true, true, 0}, Variant{false, true, 0}}) {
+    const bool math = vr.math, cluster = vr.cluster;
+    if (cluster && clusters < 8) continue;
     auto skeleton = [&](cudaStream_t st, unsigned long long* stamps) {
       SM90_CUDA_OK(sm90test::launch_resident_skeleton(r1.get(), r2.get(), rx.get(), ract.get(),
-                                                      static_cast<unsigned*>(rcnt.get()), ry.get(), stamps, math, st));
+                                                      static_cast<unsigned*>(rcnt.get()), ry.get(), stamps, math,
+                                                      cluster, vr.fc2_after, st));
     };
     auto plain = [&](cudaStream_t st) { skeleton(st, nullptr); };
     const double bytes = double(r1.size() + r2.size());
@@ -242,7 +256,10 @@ int run_floor(int iters, cudaStream_t s, int sms) {
     const double cold = cold_us(plain);
     const double floor_us = graph_empty + (cold - cold_empty);
     fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>11.0f}%\n",
-               math ? "resident skeleton TP8 T=1" : "resident skeleton, no math", bytes / 1e6, warm, cold,
+               fmt::format("resident {}{}{}", cluster ? "clusters" : "skeleton", math ? "" : ", no math",
+                           vr.fc2_after ? fmt::format(", FC2 after {}", vr.fc2_after) : std::string()),
+               bytes / 1e6,
+               warm, cold,
                bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
     SM90_CUDA_OK(cudaMemset(rst.get(), 0, rst.size()));
     evict(s);

@@ -7,15 +7,20 @@
 //     the whole K = 6144 (FC1 cut by rows, so SwiGLU is local and no partial sums are reduced: 110,592
 //     bytes), and FC2's output rows [384p, 384p + 384) over K = 256 (55,296 bytes), both in shared memory
 //     at once with the token's row (12,288 bytes);
-//   - every bulk copy issued at the launch's start, one mbarrier per 9,216-byte chunk, so the consumers
-//     follow the stream chunk by chunk;
+//   - every FC1 bulk copy issued at the launch's start, one mbarrier per 9,216-byte chunk, so the
+//     consumers follow the stream chunk by chunk; FC2's copies with them, or held back until FC1's chunk
+//     fc2_after - 1 (0-based) has landed in the CTA, so that they do not take HBM from the FC1 bytes that the
+//     publication waits for;
 //   - one publication between the GEMMs: the CTA's 16 SwiGLU values to global memory, a GPU-scope fence
 //     and a counter per expert that only grows (the last replay's target is read from the CTA's own
-//     atomicAdd), then FC2 from the resident rows once all 16 of its expert have published.
+//     atomicAdd), then FC2 from the resident rows once all 16 of its expert have published; or, with
+//     `cluster`, the expert's 16 CTAs as one thread-block cluster (a non-portable size) exchanging the
+//     values through distributed shared memory and a cluster barrier.
 // The stand-in math: per 8 codes four 3-operation decodes to half2 and four HFMA2, a scale per 16 codes;
 // FC1's lanes take a row's consecutive 8-byte pieces, FC2's eight lanes a row's 16-byte pieces, so the
 // shared-memory reads are free of bank conflicts. It is latency-bound at 8 warps a CTA (FC2 takes about
 // 3 us after the publication), so the run without math is the design's structural floor.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -56,10 +61,11 @@ __device__ __forceinline__ __half2 dot8(uint32_t w, const __half2* xh, __half2 a
 
 __device__ __forceinline__ float scale_of(uint8_t s) { return __half2float(__ushort_as_half(uint16_t(s) << 7)); }
 
+template <bool kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     resident_kernel(const uint8_t* __restrict__ fc1, const uint8_t* __restrict__ fc2, const uint16_t* __restrict__ x,
                     uint16_t* __restrict__ act, unsigned* __restrict__ counters, uint16_t* __restrict__ y,
-                    unsigned long long* __restrict__ stamps, int math) {
+                    unsigned long long* __restrict__ stamps, int math, int fc2_after) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace fp4moe::sm90;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -80,29 +86,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   stamp(0);
   uint64_t* xbar = bars + kFc1Chunks + kFc2Chunks;
+  // FC2's copies: at the start (fc2_after = 0), or by thread 0 once FC1's chunk fc2_after - 1 has landed,
+  // so that they do not share HBM with any CTA's FC1 bytes that the publication waits for.
+  auto issue_fc2 = [&] {
+    const uint8_t* src2 = fc2 + int64_t(blockIdx.x) * kFc2Bytes;
+    for (int c = 0; c < kFc2Chunks; ++c) {
+      mbar_arrive_expect_tx(&bars[kFc1Chunks + c], kChunk);
+      bulk_copy_g2s(w2 + c * kChunk, src2 + c * kChunk, kChunk, &bars[kFc1Chunks + c], policy_evict_first());
+    }
+  };
   if (t == 0) {
     for (int i = 0; i < kFc1Chunks + kFc2Chunks + 1; ++i) mbar_init(&bars[i], 1);
     fence_barrier_init();
     const uint64_t policy = policy_evict_first();
     const uint8_t* src1 = fc1 + int64_t(blockIdx.x) * kFc1Bytes;
-    const uint8_t* src2 = fc2 + int64_t(blockIdx.x) * kFc2Bytes;
     mbar_arrive_expect_tx(xbar, kXBytes);
     bulk_copy_g2s(xs, x, kXBytes, xbar, policy_evict_normal());
     for (int c = 0; c < kFc1Chunks; ++c) {
       mbar_arrive_expect_tx(&bars[c], kChunk);
       bulk_copy_g2s(w1 + c * kChunk, src1 + c * kChunk, kChunk, &bars[c], policy);
     }
-    for (int c = 0; c < kFc2Chunks; ++c) {
-      mbar_arrive_expect_tx(&bars[kFc1Chunks + c], kChunk);
-      bulk_copy_g2s(w2 + c * kChunk, src2 + c * kChunk, kChunk, &bars[kFc1Chunks + c], policy);
-    }
+    if (fc2_after == 0) issue_fc2();
   }
   __syncthreads();
+  if constexpr (kCluster) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   // FC1: warp w takes rows 4w .. 4w + 3 of the 32; lane l the chunk's k16 block l (8 code bytes a row).
   float acc[4] = {0, 0, 0, 0};
   mbar_wait(xbar, 0);
   for (int c = 0; c < kFc1Chunks; ++c) {
     mbar_wait(&bars[c], 0);
+    if (t == 0 && c + 1 == fc2_after) issue_fc2();
     if (!math) continue;
     const uint8_t* ch = w1 + c * kChunk;
     const __half2* xh = xs + c * 256 + lane * 8;
@@ -122,21 +135,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   stamp(1);
-  if (t < 16) {
-    const float g = rows[t], u = rows[16 + t];
-    act[e * kI + p * 16 + t] = __half_as_ushort(__float2half(g / (1.f + __expf(-g)) * u));
-  }
-  __syncthreads();
-  if (t == 0) {  // publish, then wait for the expert's other 15 CTAs of this launch
-    __threadfence();
-    const unsigned target = (atomicAdd(&counters[e], 1u) / kParts + 1) * kParts;
-    while (static_cast<unsigned>(ld_acquire_gpu(reinterpret_cast<const int*>(&counters[e]))) < target) {
+  if constexpr (kCluster) {
+    // Each thread sends one SwiGLU value of this CTA's 16 to one CTA of the expert's cluster (t / 16).
+    namespace cg = cooperative_groups;
+    const float g = rows[t % 16], u = rows[16 + t % 16];
+    const __half h = __float2half(g / (1.f + __expf(-g)) * u);
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every CTA of the cluster has started
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.map_shared_rank(hs, static_cast<unsigned>(t / 16))[p * 16 + t % 16] = h;
+    cluster.sync();
+    stamp(2);
+  } else {
+    if (t < 16) {
+      const float g = rows[t], u = rows[16 + t];
+      act[e * kI + p * 16 + t] = __half_as_ushort(__float2half(g / (1.f + __expf(-g)) * u));
     }
+    __syncthreads();
+    if (t == 0) {  // publish, then wait for the expert's other 15 CTAs of this launch
+      __threadfence();
+      const unsigned target = (atomicAdd(&counters[e], 1u) / kParts + 1) * kParts;
+      while (static_cast<unsigned>(ld_acquire_gpu(reinterpret_cast<const int*>(&counters[e]))) < target) {
+      }
+    }
+    __syncthreads();
+    stamp(2);
+    hs[t] = __ushort_as_half(__ldcg(act + e * kI + t));
+    __syncthreads();
   }
-  __syncthreads();
-  stamp(2);
-  hs[t] = __ushort_as_half(__ldcg(act + e * kI + t));
-  __syncthreads();
   // FC2: chunk q holds rows 64q .. 64q + 63 over K = 256 (128 code bytes a row, then 16 scale bytes a row);
   // eight lanes a row, 16 code bytes each, so a warp reads four whole rows (512 contiguous bytes), twice.
   const int seg = t % 8, rgrp = t / 8;
@@ -172,17 +197,67 @@ __global__ void __launch_bounds__(kThreads, 1)
 size_t resident_fc1_bytes() { return size_t(kExperts) * kParts * kFc1Bytes; }
 size_t resident_fc2_bytes() { return size_t(kExperts) * kParts * kFc2Bytes; }
 
+namespace {
+
+// The clustered kernel's attributes and launch configuration: one 16-CTA cluster (a non-portable size)
+// per expert. `attr` must outlive `cfg`.
+cudaError_t cluster_config(cudaStream_t s, cudaLaunchAttribute* attr, cudaLaunchConfig_t* cfg) {
+  cudaError_t err = cudaFuncSetAttribute(resident_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err == cudaSuccess) err = cudaFuncSetAttribute(resident_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  *cfg = cudaLaunchConfig_t{};
+  cfg->gridDim = dim3(kExperts * kParts);
+  cfg->blockDim = dim3(kThreads);
+  cfg->dynamicSmemBytes = kSmem;
+  cfg->stream = s;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = kParts;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs = 1;
+  return err;
+}
+
+}  // namespace
+
 // x: kH bf16; act: kExperts * kI; counters: kExperts (zero once, before the first launch); y: kExperts * kH.
 // stamps: null, or 4 x 128 globaltimer values (entry, FC1 summed, publication seen, end) per CTA.
 // math = false: the same copies, waits and publication, the consumers doing nothing with the bytes.
+// cluster = true: each expert's 16 CTAs are one thread-block cluster and exchange their SwiGLU values
+// through distributed shared memory and a cluster barrier instead of global memory, a fence and the
+// counter.
+// fc2_after: 0, FC2's copies issued with FC1's at the start; 1..12, once the fc2_after-th of FC1's 12
+// chunks has landed in the CTA.
 cudaError_t launch_resident_skeleton(const void* fc1, const void* fc2, const void* x, void* act, unsigned* counters,
-                                     void* y, unsigned long long* stamps, bool math, cudaStream_t s) {
-  cudaError_t err = cudaFuncSetAttribute(resident_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+                                     void* y, unsigned long long* stamps, bool math, bool cluster, int fc2_after,
+                                     cudaStream_t s) {
+  const auto* f1 = static_cast<const uint8_t*>(fc1);
+  const auto* f2 = static_cast<const uint8_t*>(fc2);
+  const auto* xx = static_cast<const uint16_t*>(x);
+  auto* a = static_cast<uint16_t*>(act);
+  auto* yy = static_cast<uint16_t*>(y);
+  const int m = math ? 1 : 0;
+  if (!cluster) {
+    cudaError_t err = cudaFuncSetAttribute(resident_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    resident_kernel<false><<<kExperts * kParts, kThreads, kSmem, s>>>(f1, f2, xx, a, counters, yy, stamps, m,
+                                                                      fc2_after);
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg;
+  const cudaError_t err = cluster_config(s, &attr, &cfg);
   if (err != cudaSuccess) return err;
-  resident_kernel<<<kExperts * kParts, kThreads, kSmem, s>>>(
-      static_cast<const uint8_t*>(fc1), static_cast<const uint8_t*>(fc2), static_cast<const uint16_t*>(x),
-      static_cast<uint16_t*>(act), counters, static_cast<uint16_t*>(y), stamps, math ? 1 : 0);
-  return cudaGetLastError();
+  return cudaLaunchKernelEx(&cfg, resident_kernel<true>, f1, f2, xx, a, counters, yy, stamps, m, fc2_after);
+}
+
+// How many of the clustered launch's 16-CTA clusters the device holds at once (it needs 8), or -1.
+int resident_max_active_clusters() {
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg;
+  int n = -1;
+  if (cluster_config(nullptr, &attr, &cfg) != cudaSuccess) return -1;
+  return cudaOccupancyMaxActiveClusters(&n, resident_kernel<true>, &cfg) == cudaSuccess ? n : -1;
 }
 
 }  // namespace sm90test
