@@ -9,10 +9,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_util.h"
@@ -175,7 +177,9 @@ Outputs run_cpu(const Layer& layer, const Inputs& in, int threads) {
 }
 
 // GPU engine: weights on the device (generated there for synthetic layers), one untimed warm-up
-// forward, then `iters` timed forwards; outputs poisoned (0xD5) before the first forward.
+// forward, 50 ms idle (the engine's set-up frees its staging weights, which slows the next ~10 ms of
+// kernels: docs/perf.md, sm90 step 60), then `iters` timed forwards; outputs poisoned (0xD5) before the
+// first forward.
 Outputs run_cuda(const Layer& layer, const Inputs& in, const RunOptions& o) {
   const MoeConfig& cfg = layer.cfg;
   gpu_set_device(o.device);
@@ -209,6 +213,7 @@ Outputs run_cuda(const Layer& layer, const Inputs& in, const RunOptions& o) {
   };
   forward();  // warm-up (and the result we keep if the timed runs agree)
   stream.synchronize();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   GpuTimer timer;
   timer.start(stream.get());
   for (int i = 0; i < o.iters; ++i) forward();
