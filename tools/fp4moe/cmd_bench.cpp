@@ -38,6 +38,7 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "gpu_buffers.h"
 #include "fp4moe/config.h"
 #include "fp4moe/device_caps.h"
 #include "fp4moe/engine.h"
@@ -46,9 +47,6 @@
 
 #ifdef FP4MOE_HAVE_CUDA
 #include <cuda_runtime_api.h>
-
-#include <chrono>
-#include <thread>
 #endif
 #if defined(FP4MOE_HAVE_CUDA) && defined(FP4MOE_SM90_TRACE)
 #include "kernels/sm90_wgmma/sm90_family.h"
@@ -72,7 +70,7 @@ struct BenchOptions {
   // kernels on the card: a T = 1 forward timed within them takes 63 us instead of 59, and the copy
   // ceiling reads 3.8 TB/s instead of 4.2 (docs/perf.md, sm90 step 60). It also keeps a row from
   // inheriting the previous T's power draw.
-  double settle_ms = 50;
+  double settle_ms = kSettleMs;
   int device = 0;
   uint64_t seed = SyntheticSpec{}.seed;
   int tp = 1;                 // tensor-parallel shard: I / tp per GPU
@@ -258,12 +256,7 @@ int bench_command(const BenchOptions& o) {
                 "--trace: this build records no sm90 timeline (configure with -DFP4MOE_SM90_TRACE=ON)");
 #endif
   }
-  const auto settle = [&] {  // see BenchOptions::settle_ms
-    if (o.settle_ms <= 0) return;
-    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.settle_ms));
-  };
-  settle();  // the engine's set-up has just released its staging copy of the weights
+  gpu_settle(o.settle_ms);  // the engine's set-up has just released its staging copy of the weights
   const double copy_tbs = measure_copy_tbs(s);
   fmt::print("device: {} (sm_{}, {} SMs), copy ceiling {:.2f} TB/s (measured), bf16 matmul ceiling {:.0f} TFLOP/s "
              "(given)\n",
@@ -305,7 +298,7 @@ int bench_command(const BenchOptions& o) {
       }
     const int64_t touched = static_cast<int64_t>(held.size());
 
-    settle();
+    gpu_settle(o.settle_ms);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");

@@ -9,12 +9,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli_util.h"
@@ -212,8 +210,7 @@ Outputs run_cuda(const Layer& layer, const Inputs& in, const RunOptions& o) {
         .throw_if_error();
   };
   forward();  // warm-up (and the result we keep if the timed runs agree)
-  stream.synchronize();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gpu_settle(kSettleMs);
   GpuTimer timer;
   timer.start(stream.get());
   for (int i = 0; i < o.iters; ++i) forward();

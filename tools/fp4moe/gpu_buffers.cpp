@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 #include "fp4moe/status.h"
 
 #ifdef FP4MOE_HAVE_CUDA
@@ -20,6 +23,12 @@
 namespace fp4moe::cli {
 
 void gpu_set_device(int device) { CLI_CUDA_CHECK(cudaSetDevice(device)); }
+
+void gpu_settle(double ms) {
+  if (ms <= 0) return;
+  CLI_CUDA_CHECK(cudaDeviceSynchronize());
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+}
 
 void gpu_copy_to_host(void* host, const void* device, size_t bytes) {
   if (bytes == 0) return;
@@ -73,6 +82,7 @@ namespace {
 }  // namespace
 
 void gpu_set_device(int) { no_cuda(); }
+void gpu_settle(double) { no_cuda(); }
 void gpu_copy_to_host(void*, const void*, size_t) { no_cuda(); }
 GpuStream::GpuStream() { no_cuda(); }
 GpuStream::~GpuStream() = default;

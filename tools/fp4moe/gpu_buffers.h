@@ -15,6 +15,13 @@ namespace fp4moe::cli {
 // Makes `device` current for this thread.
 void gpu_set_device(int device);
 
+// Waits for the device, then leaves it idle `ms` milliseconds (nothing when ms <= 0). Timing right after a
+// large cudaFree measures the driver's work after it too: it slows the next ~10 ms of kernels (the
+// engine's set-up frees its staging copy of the weights; docs/perf.md, sm90 step 60). kSettleMs is the
+// pause `fp4moe run` and `fp4moe bench` take before they time anything.
+constexpr double kSettleMs = 50;
+void gpu_settle(double ms);
+
 // Copies `bytes` from device memory to host memory (synchronous).
 void gpu_copy_to_host(void* host, const void* device, size_t bytes);
 
