@@ -20,6 +20,12 @@
 // then the resident-weights skeleton of the TP8 shard at T = 1 (resident_probe.cu, sm90 step 61), with
 // its stand-in math and without, and its timeline; then the weight producer's bulk-copy ring without the
 // math, with 1, 4 or 16 copies per stage.
+// --resident: only what sm90 step 62 needs of --floor (the empty launch, the TP8 shard's plain read, the
+// skeleton with FC2's copies after FC1's 9th chunk, with and without its stand-in math), then the resident
+// GEMMs with the family's real math (resident_gemm.cu): checked against the CPU reference, then timed the
+// same way, each with a timeline; rows "resident GEMMs, C/F" (C FC1 blocks a commit group, FC2's copies
+// after F of FC1's 12 groups) and the two diagnostic builds of FC1's loop (no dequantisation, no wgmmas),
+// which are timed only. --resident --iters 0: the check alone (e.g. under compute-sanitizer).
 // --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
 // with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
@@ -38,6 +44,7 @@
 #include <vector>
 
 #include "engine/engine_kernels.h"
+#include "fp4moe/reference.h"
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
 #include "kernels/sm90_wgmma/sm90_trace.cuh"
@@ -57,6 +64,14 @@ cudaError_t launch_resident_skeleton(const void* fc1, const void* fc2, const voi
                                      void* y, unsigned long long* stamps, bool math, bool cluster, int fc2_after,
                                      cudaStream_t s);
 int resident_max_active_clusters();
+int resident_gemm_pairs();
+int resident_gemm_hidden();
+int resident_gemm_inter();
+cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* s1, const float* s2,
+                                 const int* experts, const void* x, float* partials, unsigned* counters, void* act,
+                                 void* y, unsigned long long* stamps, int mode, int per_commit, int fc2_after,
+                                 cudaStream_t s);
+int resident_gemm_stamps();
 }
 namespace {
 
@@ -154,6 +169,100 @@ double read_ceiling_tbs(cudaStream_t s, int sms) {
   return bytes / (ms * 1e-3) / 1e12;
 }
 
+// The resident-weights GEMMs with their real math (resident_gemm.cu, docs/perf.md sm90 step 62): random
+// canonical weights for 8 experts packed by the family's device pack, one random token, the 8 experts in a
+// shuffled order; FC1's output and FC2's rows checked against the CPU reference (outputs poisoned first;
+// relative L2 error <= 5e-3 for FC1, <= 1e-2 for FC2 after FC1), then timed as the floor's rows are, and
+// one cold launch's timeline. Returns 1 when the check fails.
+template <class ColdUs, class Median3, class Timeline>
+int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3, Timeline timeline,
+                      double graph_empty, double cold_empty, double copy_tbs) {
+  const int pairs = sm90test::resident_gemm_pairs();
+  const int64_t H = sm90test::resident_gemm_hidden(), I = sm90test::resident_gemm_inter();
+  GemmProblem p1, p2;
+  p1.op = GemmOp::kFc1SwiGlu;
+  p1.num_experts = pairs, p1.n = I, p1.k = H, p1.total_rows = p1.max_rows_per_expert = pairs;
+  p2 = p1;
+  p2.op = GemmOp::kFc2, p2.n = H, p2.k = I;
+  std::mt19937 rng(20261204);
+  const sm90test::RandomWeights w1 = sm90test::random_weights(p1, rng), w2 = sm90test::random_weights(p2, rng);
+  DeviceBuffer c1(w1.canonical.size()), c2(w2.canonical.size()), k1(sm90::packed_bytes(p1)),
+      k2(sm90::packed_bytes(p2)), ts1(w1.tensor_scales.size() * 4), ts2(w2.tensor_scales.size() * 4),
+      ex(pairs * 4), xb(H * 2), part(pairs * 16 * 64 * 4), cnt(pairs * 4), act(pairs * I * 2), y(pairs * H * 2);
+  SM90_CUDA_OK(cudaMemcpy(c1.get(), w1.canonical.data(), c1.size(), cudaMemcpyHostToDevice));
+  SM90_CUDA_OK(cudaMemcpy(c2.get(), w2.canonical.data(), c2.size(), cudaMemcpyHostToDevice));
+  Status st = sm90::pack_device(p1, c1.get(), k1.get(), s);
+  if (st.is_ok()) st = sm90::pack_device(p2, c2.get(), k2.get(), s);
+  if (!st.is_ok()) throw std::runtime_error(st.to_string());
+  SM90_CUDA_OK(cudaMemcpy(ts1.get(), w1.tensor_scales.data(), ts1.size(), cudaMemcpyHostToDevice));
+  SM90_CUDA_OK(cudaMemcpy(ts2.get(), w2.tensor_scales.data(), ts2.size(), cudaMemcpyHostToDevice));
+  std::vector<int> experts(pairs);
+  std::iota(experts.begin(), experts.end(), 0);
+  std::shuffle(experts.begin(), experts.end(), rng);
+  SM90_CUDA_OK(cudaMemcpy(ex.get(), experts.data(), ex.size(), cudaMemcpyHostToDevice));
+  std::vector<uint16_t> xh(H);
+  std::vector<float> xf(H);
+  std::uniform_real_distribution<float> ux(-1.f, 1.f);
+  for (int64_t k = 0; k < H; ++k) {
+    xh[k] = f32_to_bf16_bits(ux(rng));
+    xf[k] = bf16_bits_to_f32(xh[k]);
+  }
+  SM90_CUDA_OK(cudaMemcpy(xb.get(), xh.data(), xb.size(), cudaMemcpyHostToDevice));
+  SM90_CUDA_OK(cudaMemset(cnt.get(), 0, cnt.size()));
+  struct Variant {
+    int mode, per_commit, fc2_after;
+  };
+  for (const Variant vr : {Variant{0, 1, 9}, Variant{0, 2, 9}, Variant{0, 1, 6}, Variant{0, 1, 0}, Variant{1, 1, 9},
+                           Variant{2, 1, 9}}) {
+    const int mode = vr.mode;
+    SM90_CUDA_OK(cudaMemset(act.get(), 0xFF, act.size()));
+    SM90_CUDA_OK(cudaMemset(y.get(), 0xFF, y.size()));
+    auto launch = [&](cudaStream_t st_, unsigned long long* stamps) {
+      SM90_CUDA_OK(sm90test::launch_resident_gemm(
+          k1.get(), k2.get(), static_cast<const float*>(ts1.get()), static_cast<const float*>(ts2.get()),
+          static_cast<const int*>(ex.get()), xb.get(), static_cast<float*>(part.get()),
+          static_cast<unsigned*>(cnt.get()), act.get(), y.get(), stamps, mode, vr.per_commit, vr.fc2_after, st_));
+    };
+    const char* modes[3] = {"resident GEMMs", "resident, FC1 no dequant", "resident, FC1 no wgmma"};
+    const std::string name = fmt::format("{}, {}/{}", modes[mode], vr.per_commit, vr.fc2_after);
+    if (mode == 0) {  // the diagnostic modes compute wrong results by design: timed only
+      launch(s, nullptr);
+      SM90_CUDA_OK(cudaStreamSynchronize(s));
+      std::vector<uint16_t> got_a(pairs * I), got_y(pairs * H);
+      SM90_CUDA_OK(cudaMemcpy(got_a.data(), act.get(), act.size(), cudaMemcpyDeviceToHost));
+      SM90_CUDA_OK(cudaMemcpy(got_y.data(), y.get(), y.size(), cudaMemcpyDeviceToHost));
+      double worst_a = 0, worst_y = 0;
+      for (int j = 0; j < pairs; ++j) {
+        std::vector<float> ra(I), ry(H), ga(I), gy(H);
+        sm90test::reference_row(p1, w1, experts[j], xf.data(), ra.data());
+        sm90test::reference_row(p2, w2, experts[j], ra.data(), ry.data());
+        for (int64_t i = 0; i < I; ++i) ga[i] = bf16_bits_to_f32(got_a[j * I + i]);
+        for (int64_t i = 0; i < H; ++i) gy[i] = bf16_bits_to_f32(got_y[j * H + i]);
+        worst_a = std::max(worst_a, relative_l2_error(ga.data(), ra.data(), I));
+        worst_y = std::max(worst_y, relative_l2_error(gy.data(), ry.data(), H));
+      }
+      const bool ok = worst_a <= 5e-3 && worst_y <= 1e-2;
+      fmt::print("{}: check against the CPU reference, worst pair's relative L2 error FC1 {:.2e} (<= 5e-3), FC2 "
+                 "{:.2e} (<= 1e-2): {}\n", name, worst_a, worst_y, ok ? "pass" : "FAIL");
+      if (!ok) return 1;
+    }
+    if (iters == 0) break;  // the check alone (e.g. under compute-sanitizer)
+    auto plain = [&](cudaStream_t st_) { launch(st_, nullptr); };
+    const double bytes = double(k1.size() + k2.size());
+    const double warm = median3([&] { return time_graph(plain, iters, s) * 1e3; });
+    const double cold = cold_us(plain);
+    const double floor_us = graph_empty + (cold - cold_empty);
+    fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>11.0f}%\n", name, bytes / 1e6, warm, cold,
+               bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
+    const std::vector<const char*> names = {"entry", "FC1 summed", "publication seen", "FC2 B written",
+                                            "FC2 wgmmas retired", "end"};
+    if (static_cast<int>(names.size()) != sm90test::resident_gemm_stamps())
+      throw std::runtime_error("bench_sm90: the resident GEMMs' timeline has a different number of stamps");
+    timeline([&](unsigned long long* stamps) { launch(s, stamps); }, names);
+  }
+  return 0;
+}
+
 // --floor (see the header). Cold: the graph [512 MB read, probe] minus the graph [512 MB read], so the
 // probe's bytes come from HBM and its launch follows another one, as a forward's second kernel does.
 // Floor of a one-graph forward that reads B bytes: a replay of a graph holding one empty launch plus
@@ -161,7 +270,11 @@ double read_ceiling_tbs(cudaStream_t s, int sms) {
 // floor: no kernel reading those bytes in its own graph can reach a higher share of the ceiling. The
 // ceiling is the Hopper issue's device-copy figure for the H200, 4.16 TB/s (the torch peer's copy, which
 // the engine's benchmark measures, agrees within 1%; cudaMemcpy here measures less, see the header).
-int run_floor(int iters, cudaStream_t s, int sms) {
+int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
+  if (resident_only && iters == 0) {
+    auto none = [](auto&&...) { return 0.0; };
+    return run_resident_gemm(0, s, none, none, none, 0.0, 0.0, 0.0);
+  }
   constexpr double copy_tbs = 4.16;
   struct Case {
     const char* what;
@@ -211,6 +324,7 @@ int run_floor(int iters, cudaStream_t s, int sms) {
     });
   };
   for (const Case& c : cases) {
+    if (resident_only && c.bytes != 0 && c.bytes != weights(256, 8)) continue;
     const double warm = median3([&] { return time_graph([&](cudaStream_t st) { read(st, c.bytes); }, iters, s) * 1e3; });
     const double cold = cold_us([&](cudaStream_t st) { read(st, c.bytes); });
     if (c.bytes == 0) {
@@ -229,11 +343,30 @@ int run_floor(int iters, cudaStream_t s, int sms) {
   // holds eight such clusters at once); with its stand-in math and without (the structure's own floor).
   // After each, one cold launch with its timeline: per CTA, microseconds from the first CTA's entry.
   DeviceBuffer r1(sm90test::resident_fc1_bytes()), r2(sm90test::resident_fc2_bytes()), rx(kH * 2),
-      ract(8 * 256 * 2), rcnt(64), ry(8 * kH * 2), rst(128 * 4 * 8);
+      ract(8 * 256 * 2), rcnt(64), ry(8 * kH * 2), rst(128 * 8 * 8);
   SM90_CUDA_OK(cudaMemset(r1.get(), 0x37, r1.size()));
   SM90_CUDA_OK(cudaMemset(r2.get(), 0x37, r2.size()));
   SM90_CUDA_OK(cudaMemset(rx.get(), 0x3c, rx.size()));
   SM90_CUDA_OK(cudaMemset(rcnt.get(), 0, rcnt.size()));
+  // One cold launch of `launch(stamps)` after the 512 MB read, then per CTA microseconds from the first
+  // CTA's entry: entry, FC1 summed, publication seen, end (min / p50 / max over the 128 CTAs).
+  auto timeline = [&](auto launch, const std::vector<const char*>& names) {
+    const size_t n = names.size();
+    SM90_CUDA_OK(cudaMemset(rst.get(), 0, rst.size()));
+    evict(s);
+    launch(static_cast<unsigned long long*>(rst.get()));
+    SM90_CUDA_OK(cudaStreamSynchronize(s));
+    std::vector<unsigned long long> v(128 * n);
+    SM90_CUDA_OK(cudaMemcpy(v.data(), rst.get(), v.size() * 8, cudaMemcpyDeviceToHost));
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < 128; ++b) t0 = std::min(t0, v[b * n]);
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<double> x(128);
+      for (int b = 0; b < 128; ++b) x[b] = (v[b * n + i] - t0) / 1e3;
+      std::sort(x.begin(), x.end());
+      fmt::print("  {:<22} min {:>6.2f}  p50 {:>6.2f}  max {:>6.2f} us\n", names[i], x[0], x[64], x[127]);
+    }
+  };
   const int clusters = sm90test::resident_max_active_clusters();
   fmt::print("resident skeleton: the device holds {} of its 16-CTA clusters at once (8 needed)\n", clusters);
   struct Variant {
@@ -245,6 +378,7 @@ int run_floor(int iters, cudaStream_t s, int sms) {
                            Variant{true, true, 0}, Variant{false, true, 0}}) {
     const bool math = vr.math, cluster = vr.cluster;
     if (cluster && clusters < 8) continue;
+    if (resident_only && (cluster || vr.fc2_after != 9)) continue;
     auto skeleton = [&](cudaStream_t st, unsigned long long* stamps) {
       SM90_CUDA_OK(sm90test::launch_resident_skeleton(r1.get(), r2.get(), rx.get(), ract.get(),
                                                       static_cast<unsigned*>(rcnt.get()), ry.get(), stamps, math,
@@ -261,22 +395,10 @@ int run_floor(int iters, cudaStream_t s, int sms) {
                bytes / 1e6,
                warm, cold,
                bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
-    SM90_CUDA_OK(cudaMemset(rst.get(), 0, rst.size()));
-    evict(s);
-    skeleton(s, static_cast<unsigned long long*>(rst.get()));
-    SM90_CUDA_OK(cudaStreamSynchronize(s));
-    std::vector<unsigned long long> v(128 * 4);
-    SM90_CUDA_OK(cudaMemcpy(v.data(), rst.get(), rst.size(), cudaMemcpyDeviceToHost));
-    unsigned long long t0 = ~0ull;
-    for (int b = 0; b < 128; ++b) t0 = std::min(t0, v[b * 4]);
-    const char* names[4] = {"entry", "FC1 summed", "publication seen", "end"};
-    for (int i = 0; i < 4; ++i) {
-      std::vector<double> x(128);
-      for (int b = 0; b < 128; ++b) x[b] = (v[b * 4 + i] - t0) / 1e3;
-      std::sort(x.begin(), x.end());
-      fmt::print("  {:<18} min {:>6.2f}  p50 {:>6.2f}  max {:>6.2f} us\n", names[i], x[0], x[64], x[127]);
-    }
+    timeline([&](unsigned long long* st) { skeleton(s, st); }, {"entry", "FC1 summed", "publication seen", "end"});
   }
+  if (run_resident_gemm(iters, s, cold_us, median3, timeline, graph_empty, cold_empty, copy_tbs) != 0) return 1;
+  if (resident_only) return 0;
   // The weight producer's access pattern without the math (stream_probe.cu): 24 k256 stages per SM,
   // a GLM-5 T=1 FC1 tile's bytes, as 4 streams per CTA (the packed layout), 1, or 16; and the same
   // bytes by the plain read. Cold (after the 512 MB read), median of 3 rounds.
@@ -300,7 +422,7 @@ int run_floor(int iters, cudaStream_t s, int sms) {
 }
 
 int run(int argc, char** argv) {
-  bool tp8 = false, ceiling = true, floor_mode = false;
+  bool tp8 = false, ceiling = true, floor_mode = false, resident_only = false;
   std::string only;  // --tactic NAME: time this tactic alone (e.g. under a profiler)
   std::string trace_path;  // --trace FILE
   int iters = 50;
@@ -309,6 +431,7 @@ int run(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--tp8") tp8 = true;
     else if (a == "--floor") floor_mode = true;
+    else if (a == "--resident") floor_mode = resident_only = true;
     else if (a == "--no-ceiling") ceiling = false;
     else if (a == "--tactic" && i + 1 < argc) only = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
@@ -324,7 +447,7 @@ int run(int argc, char** argv) {
       }
     } else {
       fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--tactic NAME] [--no-ceiling] "
-                 "[--trace FILE] | --floor [--iters N]\n");
+                 "[--trace FILE] | --floor [--iters N] | --resident [--iters N]\n");
       return 2;
     }
   }
@@ -347,7 +470,7 @@ int run(int argc, char** argv) {
   fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s (cudaMemcpy D2D, read+write), read ceiling {:.2f} TB/s "
              "(16-byte loads), shape H={} I={} E={} top-{}\n",
              prop.name, prop.multiProcessorCount, copy_tbs, read_tbs, kH, I, kE, kTopk);
-  if (floor_mode) return run_floor(iters, s, prop.multiProcessorCount);
+  if (floor_mode) return run_floor(iters, s, prop.multiProcessorCount, resident_only);
 
   std::vector<std::unique_ptr<GroupedGemmTactic>> tactics;
   append_sm90_tactics(tactics);

@@ -1,0 +1,307 @@
+// The resident-weights design of docs/perf.md's sm90 step 61, with the family's real math (step 62): both
+// GEMMs of GLM-5's TP8 shard for one token (8 routed experts, I = 256, H = 6144, 21.2 MB of NVFP4 weights)
+// in one launch that reads the kSm90Interleaved layout as the engine packs it. A probe, not a tactic: it
+// serves this one shape, and `bench_sm90 --resident` checks its outputs against the CPU reference before
+// timing it.
+//   - 128 CTAs, 16 a routed pair, four consumer warpgroups each (thread 0 also issues the copies). CTA
+//     (j, p) of pair j (expert e = experts[j]) holds, in shared memory, packed FC1 tile p / 2 (32 output
+//     columns, gate and up rows) over K half p % 2 (48 k64 blocks, 110,592 contiguous bytes) and FC2's
+//     tiles 6p .. 6p + 5 (rows 384p .. 384p + 383) over all of K = 256 (24 blocks, 55,296 contiguous
+//     bytes). The token's K half (48 bulk copies of 128 bytes) and every FC1 bulk copy (12 mbarriers of
+//     four blocks) are issued at the start; FC2's six (one a tile) once FC1's 9th group has landed in the
+//     CTA (step 61's best).
+//   - FC1: warpgroup w takes block w of each group of four, dequant_chunk and RS wgmma m64n8k16 as the
+//     family's consumer does (the token's K half is the B operand: row 0 of 48 swizzled 1 KB sub-tiles
+//     whose other rows are zero), two A buffers, one commit group a block; the four accumulators meet in
+//     shared memory.
+//   - One publication a pair: the CTA's 64 fp32 partial sums to global memory, a GPU-scope fence and a
+//     counter per pair that only grows. While the pair's other CTAs publish, each warpgroup dequantises
+//     four of its six FC2 blocks (block w of each tile) into registers; once all 16 CTAs have published,
+//     every CTA sums the two K halves of all 256 columns, applies SwiGLU (reference.h R3, bf16) and writes
+//     FC2's B sub-tiles.
+//   - FC2: each warpgroup issues its six blocks' 24 wgmmas (the last two blocks dequantised once the first
+//     four's have retired, within 128 registers a thread); the four warpgroups' sums of each row meet in
+//     shared memory; y = bf16(sum * s2 * 2^19).
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/sm90_wgmma/sm90_consumer.cuh"
+#include "kernels/sm90_wgmma/sm90_ptx.cuh"
+#include "kernels/sm90_wgmma/sm90_wgmma_ops.cuh"
+
+namespace fp4moe {
+namespace sm90test {
+
+namespace {
+
+using sm90::kPackBlockBytes;
+constexpr int kPairs = 8, kParts = 16, kH = 6144, kI = 256;
+constexpr int kTiles1 = kI / 32, kChunks1 = kH / 64;    // FC1: 8 packed tiles of 32 columns, 96 k64 blocks
+constexpr int kTiles2 = kH / 64, kChunks2 = kI / 64;    // FC2: 96 tiles, 4 blocks
+constexpr int kHalfChunks = kChunks1 / 2;               // 48 FC1 blocks a CTA
+constexpr int kGroup1 = 4;                              // blocks an FC1 mbarrier covers
+constexpr int kGroups1 = kHalfChunks / kGroup1;         // 12
+constexpr int kTilesPerPart = kTiles2 / kParts;         // 6
+constexpr int kWgs = 4, kThreads = 128 * kWgs;          // one FC1 block of each group, one FC2 block of each tile
+constexpr int kBuf = 2;                                 // FC1's A buffers
+constexpr int kPre = 4;                                 // FC2 blocks a warpgroup dequantises before the wait
+constexpr int kStamps = 6;
+// Shared memory, from a 1024-aligned base: FC1's B sub-tiles, FC2's, FC1 blocks, FC2 blocks, the
+// warpgroups' FC1 sums, the barriers (12 FC1 groups, 6 FC2 tiles, the token's row).
+constexpr int kXsBytes = kHalfChunks * 1024, kAsBytes = kChunks2 * 1024;
+constexpr int kW1Bytes = kHalfChunks * kPackBlockBytes, kW2Bytes = kTilesPerPart * kChunks2 * kPackBlockBytes;
+constexpr int kOffAs = kXsBytes, kOffW1 = kOffAs + kAsBytes, kOffW2 = kOffW1 + kW1Bytes;
+constexpr int kOffRed = kOffW2 + kW2Bytes, kOffBars = kOffRed + kWgs * 64 * 4;
+constexpr int kSmem = kOffBars + (kGroups1 + kTilesPerPart + 1) * 8 + 1024;
+static_assert(kWgs == kGroup1 && kWgs == kChunks2, "a warpgroup takes one FC1 block of each group, one FC2 block of each tile");
+static_assert(kGroups1 % kBuf == 0 && kPre < kTilesPerPart, "the buffers tile the blocks");
+static_assert(kSmem <= 232448, "the resident CTA must fit the sm_90 shared-memory limit");
+static_assert(kWgs * kTilesPerPart * 64 * 4 <= kW1Bytes, "FC2's cross-warpgroup sums fit where FC1's blocks were");
+
+__device__ __forceinline__ uint16_t bf16_bits(float v) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(v);
+  return *reinterpret_cast<const uint16_t*>(&b);
+}
+
+// kMode, a diagnostic of FC1's main loop: 0 the real math; 1 no dequantisation (the code words go to the
+// wgmmas as they are); 2 no FC1 wgmmas (the dequantised registers are consumed by an empty asm). Modes 1
+// and 2 compute wrong results and are only timed.
+// kPerCommit: FC1 blocks a commit group covers (1, or 2: blocks wg of groups k and k + 1 together).
+// fc2_after: FC2's copies once that many FC1 groups have landed (0: at the start).
+template <int kMode, int kPerCommit>
+__global__ void __launch_bounds__(kThreads, 1)
+    resident_gemm_kernel(const uint8_t* __restrict__ fc1, const uint8_t* __restrict__ fc2,
+                         const float* __restrict__ s1, const float* __restrict__ s2, const int* __restrict__ experts,
+                         const uint16_t* __restrict__ x, float* __restrict__ partials, unsigned* __restrict__ counters,
+                         uint16_t* __restrict__ act_out, uint16_t* __restrict__ y,
+                         unsigned long long* __restrict__ stamps, int fc2_after) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace fp4moe::sm90;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint8_t* xs = smem;
+  uint8_t* as = smem + kOffAs;
+  uint8_t* w1 = smem + kOffW1;
+  uint8_t* w2 = smem + kOffW2;
+  float* red = reinterpret_cast<float*>(smem + kOffRed);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBars);
+  uint64_t* xbar = bars + kGroups1 + kTilesPerPart;
+  const int j = blockIdx.x / kParts, p = blockIdx.x % kParts, t = threadIdx.x;
+  const int wg = t / 128, tid = t % 128, w = tid / 32, gq = (tid % 32) / 4, q = tid % 4;
+  const int e = experts[j], tile1 = p / 2, half = p % 2;
+  // Timeline (globaltimer ns, thread 0): entry, FC1 summed, publication seen, FC2's B operand written,
+  // FC2's wgmmas retired, end.
+  auto stamp = [&](int i) {
+    if (stamps != nullptr && t == 0) {
+      unsigned long long g;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+      stamps[blockIdx.x * kStamps + i] = g;
+    }
+  };
+  stamp(0);
+  const uint8_t* src2 = fc2 + (int64_t(e) * kTiles2 + kTilesPerPart * p) * kChunks2 * kPackBlockBytes;
+  if (t == 0) {
+    for (int i = 0; i < kGroups1 + kTilesPerPart + 1; ++i) mbar_init(&bars[i], 1);
+    fence_barrier_init();
+    // The token's K half into row 0 of each B sub-tile (plain loads here, each a round trip to a cold L2
+    // under the weight stream, held FC1's end back by about 2 us).
+    const uint16_t* xh = x + kHalfChunks * 64 * half;
+    mbar_arrive_expect_tx(xbar, kHalfChunks * 128);
+    for (int c = 0; c < kHalfChunks; ++c) bulk_copy_g2s(xs + c * 1024, xh + c * 64, 128, xbar, policy_evict_normal());
+    const uint64_t policy = policy_evict_first();
+    const uint8_t* src1 = fc1 + ((int64_t(e) * kTiles1 + tile1) * kChunks1 + kHalfChunks * half) * kPackBlockBytes;
+    for (int g = 0; g < kGroups1; ++g) {
+      mbar_arrive_expect_tx(&bars[g], kGroup1 * kPackBlockBytes);
+      bulk_copy_g2s(w1 + g * kGroup1 * kPackBlockBytes, src1 + g * kGroup1 * kPackBlockBytes,
+                    kGroup1 * kPackBlockBytes, &bars[g], policy);
+    }
+  }
+  // The other rows of the B sub-tiles (and all of FC2's) are zero.
+  for (int u = t; u < (kXsBytes + kAsBytes) / 16; u += kThreads)
+    if (u % 64 >= 8 || u / 64 >= kHalfChunks) reinterpret_cast<uint4*>(smem)[u] = make_uint4(0, 0, 0, 0);
+  fence_proxy_async_smem();
+  __syncthreads();
+  // FC1. Every block's addresses are the warpgroup's base plus constants and its group index a constant,
+  // so the unrolled steps carry no address work (a first build indexed blocks by 3k + wg: 2 us slower).
+  // The first block is dequantised before the token's row is awaited.
+  const uint64_t descx = make_desc_sw128(smem_addr(xs)) + static_cast<uint64_t>(wg * (1024 >> 4));
+  const uint8_t* w1w = w1 + wg * kPackBlockBytes;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 4; ++r) reg_fence(acc[r]);  // zeroed here, not between the wgmmas (ptxas would serialise them)
+  auto issue_fc2 = [&] {
+    for (int u = 0; u < kTilesPerPart; ++u) {
+      uint64_t* bar = &bars[kGroups1 + u];
+      mbar_arrive_expect_tx(bar, kChunks2 * kPackBlockBytes);
+      bulk_copy_g2s(w2 + u * kChunks2 * kPackBlockBytes, src2 + u * kChunks2 * kPackBlockBytes,
+                    kChunks2 * kPackBlockBytes, bar, policy_evict_first());
+    }
+  };
+  if (fc2_after == 0 && t == 0) issue_fc2();
+  uint32_t a[kBuf][kPerCommit][4][4];
+  static_assert(kGroups1 % (kBuf * kPerCommit) == 0, "the buffers tile the blocks");
+#pragma unroll  // straight-line code: a rolled loop has ptxas serialise the wgmmas (C7513)
+  for (int k0 = 0; k0 < kGroups1; k0 += kPerCommit) {
+    const int b = (k0 / kPerCommit) % kBuf;
+#pragma unroll
+    for (int d = 0; d < kPerCommit; ++d) {
+      const int k = k0 + d;
+      mbar_wait(&bars[k], 0);
+      if (k == fc2_after - 1 && t == 0) issue_fc2();  // FC1's group fc2_after - 1 has landed
+      if (d == 0) wgmma_wait<kBuf - 1>();
+      if constexpr (kMode == 1) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(w1w + k * kGroup1 * kPackBlockBytes + 16 * tid);
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          a[b][d][s][0] = raw.x, a[b][d][s][1] = raw.y, a[b][d][s][2] = raw.z, a[b][d][s][3] = raw.w;
+      } else {
+        dequant_chunk(w1w + k * kGroup1 * kPackBlockBytes, tid, a[b][d]);
+      }
+    }
+    if (k0 == 0) mbar_wait(xbar, 0);
+    if constexpr (kMode == 2) {
+#pragma unroll
+      for (int d = 0; d < kPerCommit; ++d)
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          asm volatile("" ::"r"(a[b][d][s][0]), "r"(a[b][d][s][1]), "r"(a[b][d][s][2]), "r"(a[b][d][s][3]));
+    } else {
+      wgmma_fence();
+#pragma unroll
+      for (int d = 0; d < kPerCommit; ++d)
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          WgmmaRS<8>::mma(acc, a[b][d][s],
+                          descx + static_cast<uint64_t>(((k0 + d) * kGroup1 * 1024 + s * 32) >> 4));
+      wgmma_commit();
+    }
+  }
+  wgmma_wait<0>();
+  // Token 0's sums are acc[0] (packed row R0 = 16w + g) and acc[2] (R1 = R0 + 8) of the q = 0 lanes.
+  if (q == 0) {
+    red[wg * 64 + 16 * w + gq] = acc[0];
+    red[wg * 64 + 16 * w + gq + 8] = acc[2];
+  }
+  __syncthreads();
+  stamp(1);
+  if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
+  __syncthreads();
+  unsigned target = 0;
+  if (t == 0) {  // publish; the wait for the pair's other 15 CTAs comes after FC2's first dequantisation
+    __threadfence();
+    target = (atomicAdd(&counters[j], 1u) / kParts + 1) * kParts;
+  }
+  // FC2's A fragments while the other CTAs publish: block wg of tiles 0 .. kPre - 1.
+  uint32_t a2[kPre][4][4];
+#pragma unroll
+  for (int v = 0; v < kPre; ++v) {
+    mbar_wait(&bars[kGroups1 + v], 0);
+    dequant_chunk(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, a2[v]);
+  }
+  if (t == 0) {
+    while (static_cast<unsigned>(ld_acquire_gpu(reinterpret_cast<const int*>(&counters[j]))) < target) {
+    }
+  }
+  __syncthreads();
+  stamp(2);
+  if (t < kI) {  // column t: packed tile t / 32, warp slice (t % 32) / 8, gate row 16 w' + t % 8, up row + 8
+    const int tt = t / 32, ww = (t % 32) / 8, ii = t % 8;
+    const float* pa = partials + (j * kParts + 2 * tt) * 64;
+    const float gsum = __ldcg(pa + 16 * ww + ii) + __ldcg(pa + 64 + 16 * ww + ii);
+    const float usum = __ldcg(pa + 16 * ww + 8 + ii) + __ldcg(pa + 64 + 16 * ww + 8 + ii);
+    const float gate = gsum * (s1[2 * e] * kAccumulatorScale), up = usum * (s1[2 * e + 1] * kAccumulatorScale);
+    const uint16_t h = bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+    reinterpret_cast<uint16_t*>(as + (t / 64) * 1024)[t % 64] = h;
+    if (p == 0) act_out[j * kI + t] = h;
+  }
+  fence_proxy_async_smem();
+  __syncthreads();
+  stamp(3);
+  // FC2: warpgroup wg multiplies block wg (K = 64 wg .. 64 wg + 63) of each of the six tiles.
+  const uint64_t desca = make_desc_sw128(smem_addr(as)) + static_cast<uint64_t>(wg * (1024 >> 4));
+  float acc2[kTilesPerPart][4];
+#pragma unroll
+  for (int u = 0; u < kTilesPerPart; ++u)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      acc2[u][r] = 0.f;
+      reg_fence(acc2[u][r]);
+    }
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s)  // k16 steps outermost: consecutive wgmmas go to different accumulators
+#pragma unroll
+    for (int v = 0; v < kPre; ++v) WgmmaRS<8>::mma(acc2[v], a2[v][s], desca + static_cast<uint64_t>((s * 32) >> 4));
+  wgmma_commit();
+  wgmma_wait<0>();
+#pragma unroll
+  for (int v = kPre; v < kTilesPerPart; ++v) {
+    mbar_wait(&bars[kGroups1 + v], 0);
+    dequant_chunk(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, a2[v - kPre]);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int v = kPre; v < kTilesPerPart; ++v)
+      WgmmaRS<8>::mma(acc2[v], a2[v - kPre][s], desca + static_cast<uint64_t>((s * 32) >> 4));
+  wgmma_commit();
+  wgmma_wait<0>();
+  stamp(4);
+  // The four warpgroups' sums of each row meet where FC1's blocks were.
+  float* red2 = reinterpret_cast<float*>(w1);
+  if (q == 0) {
+#pragma unroll
+    for (int u = 0; u < kTilesPerPart; ++u) {
+      red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq] = acc2[u][0];
+      red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq + 8] = acc2[u][2];
+    }
+  }
+  __syncthreads();
+  if (t < kTilesPerPart * 64) {
+    constexpr int n = kTilesPerPart * 64;
+    const float v = red2[t] + red2[n + t] + red2[2 * n + t] + red2[3 * n + t];
+    y[j * kH + n * p + t] = bf16_bits(v * (s2[e] * kAccumulatorScale));
+  }
+  __syncthreads();
+  stamp(5);
+#endif
+}
+
+}  // namespace
+
+int resident_gemm_pairs() { return kPairs; }
+int resident_gemm_hidden() { return kH; }
+int resident_gemm_inter() { return kI; }
+int resident_gemm_stamps() { return kStamps; }
+
+// fc1 / fc2: kSm90Interleaved weights of E >= max(experts) + 1 experts (FC1 n = 256, k = 6144; FC2 n = 6144,
+// k = 256); s1 [E][2], s2 [E]; experts [8] on the device; x: one bf16 row of 6144; partials: 8 * 16 * 64
+// fp32; counters: 8, zero once before the first launch; act: 8 x 256 bf16 (FC1's output, for the check);
+// y: 8 x 6144 bf16 (FC2's rows); stamps: null or kStamps x 128 globaltimer values (see the kernel);
+// mode: kMode (0 the real math, 1 and 2 diagnostics); per_commit: kPerCommit (1 or 2); fc2_after: 0 .. 12.
+cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* s1, const float* s2,
+                                 const int* experts, const void* x, float* partials, unsigned* counters, void* act,
+                                 void* y, unsigned long long* stamps, int mode, int per_commit, int fc2_after,
+                                 cudaStream_t s) {
+  if (mode < 0 || mode > 2 || (per_commit != 1 && per_commit != 2) || fc2_after < 0 || fc2_after > kGroups1)
+    return cudaErrorInvalidValue;
+  using Kernel = void (*)(const uint8_t*, const uint8_t*, const float*, const float*, const int*, const uint16_t*,
+                          float*, unsigned*, uint16_t*, uint16_t*, unsigned long long*, int);
+  const Kernel kernels[3][2] = {{resident_gemm_kernel<0, 1>, resident_gemm_kernel<0, 2>},
+                                {resident_gemm_kernel<1, 1>, resident_gemm_kernel<1, 2>},
+                                {resident_gemm_kernel<2, 1>, resident_gemm_kernel<2, 2>}};
+  const Kernel kernel = kernels[mode][per_commit - 1];
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
+  kernel<<<kPairs * kParts, kThreads, kSmem, s>>>(static_cast<const uint8_t*>(fc1), static_cast<const uint8_t*>(fc2),
+                                                 s1, s2, experts, static_cast<const uint16_t*>(x), partials, counters,
+                                                 static_cast<uint16_t*>(act), static_cast<uint16_t*>(y), stamps,
+                                                 fc2_after);
+  return cudaGetLastError();
+}
+
+}  // namespace sm90test
+}  // namespace fp4moe
