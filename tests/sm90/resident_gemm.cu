@@ -22,11 +22,11 @@
 //   - FC2: each warpgroup issues its six blocks' 24 wgmmas (the last two blocks dequantised once the first
 //     four's have retired, within 128 registers a thread); the four warpgroups' sums of each row meet in
 //     shared memory; y = bf16(sum * s2 * 2^19).
-#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "fp4moe/dtype.h"
 #include "kernels/sm90_wgmma/sm90_consumer.cuh"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_wgmma_ops.cuh"
@@ -59,11 +59,6 @@ static_assert(kWgs == kGroup1 && kWgs == kChunks2, "a warpgroup takes one FC1 bl
 static_assert(kGroups1 % kBuf == 0 && kPre < kTilesPerPart, "the buffers tile the blocks");
 static_assert(kSmem <= 232448, "the resident CTA must fit the sm_90 shared-memory limit");
 static_assert(kWgs * kTilesPerPart * 64 * 4 <= kW1Bytes, "FC2's cross-warpgroup sums fit where FC1's blocks were");
-
-__device__ __forceinline__ uint16_t bf16_bits(float v) {
-  const __nv_bfloat16 b = __float2bfloat16_rn(v);
-  return *reinterpret_cast<const uint16_t*>(&b);
-}
 
 // kMode, a diagnostic of FC1's main loop: 0 the real math; 1 no dequantisation (the code words go to the
 // wgmmas as they are); 2 no FC1 wgmmas (the dequantised registers are consumed by an empty asm). Modes 1
@@ -212,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float gsum = __ldcg(pa + 16 * ww + ii) + __ldcg(pa + 64 + 16 * ww + ii);
     const float usum = __ldcg(pa + 16 * ww + 8 + ii) + __ldcg(pa + 64 + 16 * ww + 8 + ii);
     const float gate = gsum * (s1[2 * e] * kAccumulatorScale), up = usum * (s1[2 * e + 1] * kAccumulatorScale);
-    const uint16_t h = bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+    const uint16_t h = f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
     reinterpret_cast<uint16_t*>(as + (t / 64) * 1024)[t % 64] = h;
     if (p == 0) act_out[j * kI + t] = h;
   }
@@ -263,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (t < kTilesPerPart * 64) {
     constexpr int n = kTilesPerPart * 64;
     const float v = red2[t] + red2[n + t] + red2[2 * n + t] + red2[3 * n + t];
-    y[j * kH + n * p + t] = bf16_bits(v * (s2[e] * kAccumulatorScale));
+    y[j * kH + n * p + t] = f32_to_bf16_bits(v * (s2[e] * kAccumulatorScale));
   }
   __syncthreads();
   stamp(5);
