@@ -8,8 +8,8 @@
 //     columns, gate and up rows) over K half p % 2 (48 k64 blocks, 110,592 contiguous bytes) and FC2's
 //     tiles 6p .. 6p + 5 (rows 384p .. 384p + 383) over all of K = 256 (24 blocks, 55,296 contiguous
 //     bytes). The token's K half (48 bulk copies of 128 bytes) and every FC1 bulk copy (12 mbarriers of
-//     four blocks) are issued at the start; FC2's six (one a tile) once FC1's 9th group has landed in the
-//     CTA (step 61's best).
+//     four blocks) are issued at the start; FC2's six (one a tile) once FC1's fc2_after-th group has
+//     landed in the CTA (9 in the benchmark's first row, step 61's best).
 //   - FC1: warpgroup w takes block w of each group of four, dequant_chunk and RS wgmma m64n8k16 as the
 //     family's consumer does (the token's K half is the B operand: row 0 of 48 swizzled 1 KB sub-tiles
 //     whose other rows are zero), two A buffers, one commit group a block; the four accumulators meet in
