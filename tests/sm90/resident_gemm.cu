@@ -30,6 +30,7 @@
 #include "kernels/sm90_wgmma/sm90_consumer.cuh"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "kernels/sm90_wgmma/sm90_wgmma_ops.cuh"
+#include "resident_common.cuh"
 
 namespace fp4moe {
 namespace sm90test {
@@ -88,13 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int e = experts[j], tile1 = p / 2, half = p % 2;
   // Timeline (globaltimer ns, thread 0): entry, FC1 summed, publication seen, FC2's B operand written,
   // FC2's wgmmas retired, end.
-  auto stamp = [&](int i) {
-    if (stamps != nullptr && t == 0) {
-      unsigned long long g;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
-      stamps[blockIdx.x * kStamps + i] = g;
-    }
-  };
+  auto stamp = [&](int i) { resident_stamp(stamps == nullptr ? nullptr : stamps + blockIdx.x * kStamps, i); };
   stamp(0);
   const uint8_t* src2 = fc2 + (int64_t(e) * kTiles2 + kTilesPerPart * p) * kChunks2 * kPackBlockBytes;
   if (t == 0) {
@@ -184,10 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
   __syncthreads();
   unsigned target = 0;
-  if (t == 0) {  // publish; the wait for the pair's other 15 CTAs comes after FC2's first dequantisation
-    __threadfence();
-    target = (atomicAdd(&counters[j], 1u) / kParts + 1) * kParts;
-  }
+  if (t == 0) target = resident_publish(&counters[j], kParts);  // the wait comes after FC2's first dequantisation
   // FC2's A fragments while the other CTAs publish: block wg of tiles 0 .. kPre - 1.
   uint32_t a2[kPre][4][4];
 #pragma unroll
@@ -195,10 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_wait(&bars[kGroups1 + v], 0);
     dequant_chunk(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, a2[v]);
   }
-  if (t == 0) {
-    while (static_cast<unsigned>(ld_acquire_gpu(reinterpret_cast<const int*>(&counters[j]))) < target) {
-    }
-  }
+  if (t == 0) resident_wait(&counters[j], target);
   __syncthreads();
   stamp(2);
   if (t < kI) {  // column t: packed tile t / 32, warp slice (t % 32) / 8, gate row 16 w' + t % 8, up row + 8

@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
+#include "resident_common.cuh"
 
 namespace fp4moe {
 namespace sm90test {
@@ -77,13 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __half* hs = reinterpret_cast<__half*>(rows + 32);
   const int e = blockIdx.x / kParts, p = blockIdx.x % kParts, t = threadIdx.x, lane = t % 32, warp = t / 32;
   // Optional timeline (globaltimer ns): entry, FC1 rows summed, publication seen, the last FC2 row written.
-  auto stamp = [&](int i) {
-    if (stamps != nullptr && t == 0) {
-      unsigned long long g;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
-      stamps[blockIdx.x * 4 + i] = g;
-    }
-  };
+  auto stamp = [&](int i) { resident_stamp(stamps == nullptr ? nullptr : stamps + blockIdx.x * 4, i); };
   stamp(0);
   uint64_t* xbar = bars + kFc1Chunks + kFc2Chunks;
   // FC2's copies: at the start (fc2_after = 0), or by thread 0 once FC1's chunk fc2_after - 1 has landed,
@@ -151,12 +146,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       act[e * kI + p * 16 + t] = __half_as_ushort(__float2half(g / (1.f + __expf(-g)) * u));
     }
     __syncthreads();
-    if (t == 0) {  // publish, then wait for the expert's other 15 CTAs of this launch
-      __threadfence();
-      const unsigned target = (atomicAdd(&counters[e], 1u) / kParts + 1) * kParts;
-      while (static_cast<unsigned>(ld_acquire_gpu(reinterpret_cast<const int*>(&counters[e]))) < target) {
-      }
-    }
+    if (t == 0)  // publish, then wait for the expert's other 15 CTAs of this launch
+      resident_wait(&counters[e], resident_publish(&counters[e], kParts));
     __syncthreads();
     stamp(2);
     hs[t] = __ushort_as_half(__ldcg(act + e * kI + t));
