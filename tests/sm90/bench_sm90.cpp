@@ -20,12 +20,15 @@
 // then the resident-weights skeleton of the TP8 shard at T = 1 (resident_probe.cu, sm90 step 61), with
 // its stand-in math and without, and its timeline; then the weight producer's bulk-copy ring without the
 // math, with 1, 4 or 16 copies per stage.
-// --resident: only what sm90 step 62 needs of --floor (the empty launch, the TP8 shard's plain read, the
-// skeleton with FC2's copies after FC1's 9th chunk, with and without its stand-in math), then the resident
-// GEMMs with the family's real math (resident_gemm.cu): checked against the CPU reference, then timed the
-// same way, each with a timeline; rows "resident GEMMs, C/F" (C FC1 blocks a commit group, FC2's copies
-// after F of FC1's 12 groups) and the two diagnostic builds of FC1's loop (no dequantisation, no wgmmas),
-// which are timed only. --resident --iters 0: the check alone (e.g. under compute-sanitizer).
+// --resident: only what sm90 steps 62 and 63 need of --floor (the empty launch, the TP8 shard's plain read,
+// the skeleton with FC2's copies after FC1's 9th chunk, with and without its stand-in math), then the
+// resident GEMMs with the family's real math (resident_gemm.cu): checked against the CPU reference, then
+// timed the same way, each with a timeline; rows "resident GEMMs[ variant][ xs], C/F/L" (C FC1 blocks a
+// commit group, FC2's copies after F of FC1's 12 groups, FC1's copies L groups ahead or all at once if 0;
+// xs: the token's K half by one copy; variants "clustered" (in clusters of two, placement only) and
+// "split" (the cluster exchange and FC2 split by K)) and the two diagnostic builds of FC1's loop (no
+// dequantisation, no wgmmas), which are timed only. --resident --iters 0: the checks alone (e.g. under
+// compute-sanitizer).
 // --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
 // with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
@@ -69,9 +72,12 @@ int resident_gemm_hidden();
 int resident_gemm_inter();
 cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* s1, const float* s2,
                                  const int* experts, const void* x, float* partials, unsigned* counters, void* act,
-                                 void* y, unsigned long long* stamps, int mode, int per_commit, int fc2_after,
+                                 void* y, float* yacc, unsigned long long* stamps, int mode, int per_commit,
+                                 int fc2_after, int lead, bool split, bool clustered, bool xstage,
                                  cudaStream_t s);
 int resident_gemm_stamps();
+int resident_gemm_max_clusters();
+void split_fc2_layout(const uint8_t* packed, uint8_t* out, int experts);
 }
 namespace {
 
@@ -174,8 +180,8 @@ double read_ceiling_tbs(cudaStream_t s, int sms) {
 // shuffled order; FC1's output and FC2's rows checked against the CPU reference (outputs poisoned first;
 // relative L2 error <= 5e-3 for FC1, <= 1e-2 for FC2 after FC1), then timed as the floor's rows are, and
 // one cold launch's timeline. Returns 1 when the check fails.
-template <class ColdUs, class Median3, class Timeline>
-int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3, Timeline timeline,
+template <class ColdUs, class Median3, class Timeline, class Empty>
+int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3, Timeline timeline, Empty empty,
                       double graph_empty, double cold_empty, double copy_tbs) {
   const int pairs = sm90test::resident_gemm_pairs();
   const int64_t H = sm90test::resident_gemm_hidden(), I = sm90test::resident_gemm_inter();
@@ -188,12 +194,22 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
   const sm90test::RandomWeights w1 = sm90test::random_weights(p1, rng), w2 = sm90test::random_weights(p2, rng);
   DeviceBuffer c1(w1.canonical.size()), c2(w2.canonical.size()), k1(sm90::packed_bytes(p1)),
       k2(sm90::packed_bytes(p2)), ts1(w1.tensor_scales.size() * 4), ts2(w2.tensor_scales.size() * 4),
-      ex(pairs * 4), xb(H * 2), part(pairs * 16 * 64 * 4), cnt(pairs * 4), act(pairs * I * 2), y(pairs * H * 2);
+      ex(pairs * 4), xb(H * 2), part(pairs * 16 * 64 * 4), cnt(pairs * 4), act(pairs * I * 2), y(pairs * H * 2),
+      yacc(pairs * H * 4);
   SM90_CUDA_OK(cudaMemcpy(c1.get(), w1.canonical.data(), c1.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemcpy(c2.get(), w2.canonical.data(), c2.size(), cudaMemcpyHostToDevice));
   Status st = sm90::pack_device(p1, c1.get(), k1.get(), s);
   if (st.is_ok()) st = sm90::pack_device(p2, c2.get(), k2.get(), s);
   if (!st.is_ok()) throw std::runtime_error(st.to_string());
+  // FC2 in the split launch's half blocks (resident_gemm.cu, split_fc2_layout), from the device pack's bytes.
+  DeviceBuffer k2h(k2.size());
+  {
+    std::vector<uint8_t> packed(k2.size()), split(k2.size());
+    SM90_CUDA_OK(cudaStreamSynchronize(s));  // the pack ran on s
+    SM90_CUDA_OK(cudaMemcpy(packed.data(), k2.get(), k2.size(), cudaMemcpyDeviceToHost));
+    sm90test::split_fc2_layout(packed.data(), split.data(), pairs);
+    SM90_CUDA_OK(cudaMemcpy(k2h.get(), split.data(), k2h.size(), cudaMemcpyHostToDevice));
+  }
   SM90_CUDA_OK(cudaMemcpy(ts1.get(), w1.tensor_scales.data(), ts1.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemcpy(ts2.get(), w2.tensor_scales.data(), ts2.size(), cudaMemcpyHostToDevice));
   std::vector<int> experts(pairs);
@@ -210,34 +226,58 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
   SM90_CUDA_OK(cudaMemcpy(xb.get(), xh.data(), xb.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemset(cnt.get(), 0, cnt.size()));
   struct Variant {
-    int mode, per_commit, fc2_after;
+    int mode, per_commit, fc2_after, lead;
+    bool split, clustered, xstage;
   };
-  for (const Variant vr : {Variant{0, 1, 9}, Variant{0, 2, 9}, Variant{0, 1, 6}, Variant{0, 1, 0}, Variant{1, 1, 9},
-                           Variant{2, 1, 9}}) {
+  const int clusters = sm90test::resident_gemm_max_clusters();
+  fmt::print("resident GEMMs: the device holds {} of the split launch's 2-CTA clusters at once (64 needed)\n",
+             clusters);
+  // Cold baseline of the split rows: the memset of yacc and an empty launch, so that the floor counts
+  // the launch alone (in an engine the next kernel would zero yacc, as finalize zeroes the chain's counters).
+  double cold_memset = 0;
+  if (iters > 0)
+    cold_memset = cold_us([&](cudaStream_t st_) {
+      SM90_CUDA_OK(cudaMemsetAsync(yacc.get(), 0, yacc.size(), st_));
+      empty(st_);
+    });
+  for (const Variant vr :
+       {Variant{0, 1, 9, 0, false, false, false}, Variant{0, 1, 9, 0, false, false, true},
+        Variant{0, 1, 6, 0, false, false, true}, Variant{0, 1, 9, 4, false, false, true},
+        Variant{0, 1, 9, 0, false, true, true}, Variant{0, 1, 9, 0, true, false, true},
+        Variant{1, 1, 9, 0, false, false, true}, Variant{2, 1, 9, 0, false, false, true}}) {
     const int mode = vr.mode;
+    if ((vr.split || vr.clustered) && clusters < pairs * 16 / 2) continue;
     SM90_CUDA_OK(cudaMemset(act.get(), 0xFF, act.size()));
     SM90_CUDA_OK(cudaMemset(y.get(), 0xFF, y.size()));
+    SM90_CUDA_OK(cudaMemset(yacc.get(), 0xFF, yacc.size()));
     auto launch = [&](cudaStream_t st_, unsigned long long* stamps) {
+      if (vr.split) SM90_CUDA_OK(cudaMemsetAsync(yacc.get(), 0, yacc.size(), st_));
       SM90_CUDA_OK(sm90test::launch_resident_gemm(
-          k1.get(), k2.get(), static_cast<const float*>(ts1.get()), static_cast<const float*>(ts2.get()),
-          static_cast<const int*>(ex.get()), xb.get(), static_cast<float*>(part.get()),
-          static_cast<unsigned*>(cnt.get()), act.get(), y.get(), stamps, mode, vr.per_commit, vr.fc2_after, st_));
+          k1.get(), vr.split ? k2h.get() : k2.get(), static_cast<const float*>(ts1.get()),
+          static_cast<const float*>(ts2.get()), static_cast<const int*>(ex.get()), xb.get(),
+          static_cast<float*>(part.get()), static_cast<unsigned*>(cnt.get()), act.get(), y.get(),
+          static_cast<float*>(yacc.get()), stamps, mode,
+          vr.per_commit, vr.fc2_after, vr.lead, vr.split, vr.clustered, vr.xstage, st_));
     };
     const char* modes[3] = {"resident GEMMs", "resident, FC1 no dequant", "resident, FC1 no wgmma"};
-    const std::string name = fmt::format("{}, {}/{}", modes[mode], vr.per_commit, vr.fc2_after);
+    const std::string name =
+        fmt::format("{}{}{}, {}/{}/{}", modes[mode], vr.split ? " split" : (vr.clustered ? " clustered" : ""),
+                    vr.xstage ? " xs" : "", vr.per_commit, vr.fc2_after, vr.lead);
     if (mode == 0) {  // the diagnostic modes compute wrong results by design: timed only
       launch(s, nullptr);
       SM90_CUDA_OK(cudaStreamSynchronize(s));
       std::vector<uint16_t> got_a(pairs * I), got_y(pairs * H);
+      std::vector<float> got_acc(pairs * H);
       SM90_CUDA_OK(cudaMemcpy(got_a.data(), act.get(), act.size(), cudaMemcpyDeviceToHost));
       SM90_CUDA_OK(cudaMemcpy(got_y.data(), y.get(), y.size(), cudaMemcpyDeviceToHost));
+      SM90_CUDA_OK(cudaMemcpy(got_acc.data(), yacc.get(), yacc.size(), cudaMemcpyDeviceToHost));
       double worst_a = 0, worst_y = 0;
       for (int j = 0; j < pairs; ++j) {
         std::vector<float> ra(I), ry(H), ga(I), gy(H);
         sm90test::reference_row(p1, w1, experts[j], xf.data(), ra.data());
         sm90test::reference_row(p2, w2, experts[j], ra.data(), ry.data());
         for (int64_t i = 0; i < I; ++i) ga[i] = bf16_bits_to_f32(got_a[j * I + i]);
-        for (int64_t i = 0; i < H; ++i) gy[i] = bf16_bits_to_f32(got_y[j * H + i]);
+        for (int64_t i = 0; i < H; ++i) gy[i] = vr.split ? got_acc[j * H + i] : bf16_bits_to_f32(got_y[j * H + i]);
         worst_a = std::max(worst_a, relative_l2_error(ga.data(), ra.data(), I));
         worst_y = std::max(worst_y, relative_l2_error(gy.data(), ry.data(), H));
       }
@@ -246,16 +286,18 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
                  "{:.2e} (<= 1e-2): {}\n", name, worst_a, worst_y, ok ? "pass" : "FAIL");
       if (!ok) return 1;
     }
-    if (iters == 0) break;  // the check alone (e.g. under compute-sanitizer)
+    if (iters == 0) continue;  // the checks alone (e.g. under compute-sanitizer)
     auto plain = [&](cudaStream_t st_) { launch(st_, nullptr); };
     const double bytes = double(k1.size() + k2.size());
     const double warm = median3([&] { return time_graph(plain, iters, s) * 1e3; });
     const double cold = cold_us(plain);
-    const double floor_us = graph_empty + (cold - cold_empty);
+    // The split rows' memset taken out: their cold baseline is the memset and the empty launch.
+    const double floor_us = graph_empty + (cold - (vr.split ? cold_memset : cold_empty));
     fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>11.0f}%\n", name, bytes / 1e6, warm, cold,
                bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
-    const std::vector<const char*> names = {"entry", "FC1 summed", "publication seen", "FC2 B written",
-                                            "FC2 wgmmas retired", "end"};
+    const std::vector<const char*> names = {"entry",          "FC1 group 0 seen", "FC1 group 5 seen",
+                                            "FC1 group 11 seen", "FC1 summed",     "publication seen",
+                                            "FC2 B written",  "FC2 wgmmas retired", "end"};
     if (static_cast<int>(names.size()) != sm90test::resident_gemm_stamps())
       throw std::runtime_error("bench_sm90: the resident GEMMs' timeline has a different number of stamps");
     timeline([&](unsigned long long* stamps) { launch(s, stamps); }, names);
@@ -273,7 +315,7 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
 int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
   if (resident_only && iters == 0) {
     auto none = [](auto&&...) { return 0.0; };
-    return run_resident_gemm(0, s, none, none, none, 0.0, 0.0, 0.0);
+    return run_resident_gemm(0, s, none, none, none, none, 0.0, 0.0, 0.0);
   }
   constexpr double copy_tbs = 4.16;
   struct Case {
@@ -343,7 +385,7 @@ int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
   // holds eight such clusters at once); with its stand-in math and without (the structure's own floor).
   // After each, one cold launch with its timeline: per CTA, microseconds from the first CTA's entry.
   DeviceBuffer r1(sm90test::resident_fc1_bytes()), r2(sm90test::resident_fc2_bytes()), rx(kH * 2),
-      ract(8 * 256 * 2), rcnt(64), ry(8 * kH * 2), rst(128 * 8 * 8);
+      ract(8 * 256 * 2), rcnt(64), ry(8 * kH * 2), rst(128 * 16 * 8);
   SM90_CUDA_OK(cudaMemset(r1.get(), 0x37, r1.size()));
   SM90_CUDA_OK(cudaMemset(r2.get(), 0x37, r2.size()));
   SM90_CUDA_OK(cudaMemset(rx.get(), 0x3c, rx.size()));
@@ -397,7 +439,9 @@ int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
                bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
     timeline([&](unsigned long long* st) { skeleton(s, st); }, {"entry", "FC1 summed", "publication seen", "end"});
   }
-  if (run_resident_gemm(iters, s, cold_us, median3, timeline, graph_empty, cold_empty, copy_tbs) != 0) return 1;
+  if (run_resident_gemm(iters, s, cold_us, median3, timeline, [&](cudaStream_t st) { read(st, 0.0); }, graph_empty,
+                        cold_empty, copy_tbs) != 0)
+    return 1;
   if (resident_only) return 0;
   // The weight producer's access pattern without the math (stream_probe.cu): 24 k256 stages per SM,
   // a GLM-5 T=1 FC1 tile's bytes, as 4 streams per CTA (the packed layout), 1, or 16; and the same

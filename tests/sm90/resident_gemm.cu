@@ -1,15 +1,17 @@
-// The resident-weights design of docs/perf.md's sm90 step 61, with the family's real math (step 62): both
-// GEMMs of GLM-5's TP8 shard for one token (8 routed experts, I = 256, H = 6144, 21.2 MB of NVFP4 weights)
-// in one launch that reads the kSm90Interleaved layout as the engine packs it. A probe, not a tactic: it
-// serves this one shape, and `bench_sm90 --resident` checks its outputs against the CPU reference before
-// timing it.
+// The resident-weights design of docs/perf.md's sm90 step 61, with the family's real math (steps 62, 63):
+// both GEMMs of GLM-5's TP8 shard for one token (8 routed experts, I = 256, H = 6144, 21.2 MB of NVFP4
+// weights) in one launch that reads the kSm90Interleaved layout as the engine packs it. A probe, not a
+// tactic: it serves this one shape, and `bench_sm90 --resident` checks its outputs against the CPU
+// reference before timing it.
 //   - 128 CTAs, 16 a routed pair, four consumer warpgroups each (thread 0 also issues the copies). CTA
 //     (j, p) of pair j (expert e = experts[j]) holds, in shared memory, packed FC1 tile p / 2 (32 output
 //     columns, gate and up rows) over K half p % 2 (48 k64 blocks, 110,592 contiguous bytes) and FC2's
 //     tiles 6p .. 6p + 5 (rows 384p .. 384p + 383) over all of K = 256 (24 blocks, 55,296 contiguous
-//     bytes). The token's K half (48 bulk copies of 128 bytes) and every FC1 bulk copy (12 mbarriers of
-//     four blocks) are issued at the start; FC2's six (one a tile) once FC1's fc2_after-th group has
-//     landed in the CTA (9 in the benchmark's first row, step 61's best).
+//     bytes). The token's K half and every FC1 bulk copy (12 mbarriers of four blocks) are issued at the
+//     start, the token first: as one 6 KB copy that the threads spread over the B sub-tiles' rows
+//     (xstage, step 63; a CTA's copies land in issue order, and the first build's 48 row copies of 128
+//     bytes held FC1's first group back by 1 us), or as those 48 copies. FC2's six copies (one a tile)
+//     once FC1's fc2_after-th group has landed in the CTA (9 in the benchmark's rows, step 61's best).
 //   - FC1: warpgroup w takes block w of each group of four, dequant_chunk and RS wgmma m64n8k16 as the
 //     family's consumer does (the token's K half is the B operand: row 0 of 48 swizzled 1 KB sub-tiles
 //     whose other rows are zero), two A buffers, one commit group a block; the four accumulators meet in
@@ -22,6 +24,9 @@
 //   - FC2: each warpgroup issues its six blocks' 24 wgmmas (the last two blocks dequantised once the first
 //     four's have retired, within 128 registers a thread); the four warpgroups' sums of each row meet in
 //     shared memory; y = bf16(sum * s2 * 2^19).
+//   - kSplit (step 63, slower): no publication; each FC1 tile's two CTAs are a cluster that exchanges
+//     its K halves' sums through distributed shared memory, and FC2 is split by K (see the kernel).
+#include <cooperative_groups.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -48,31 +53,56 @@ constexpr int kTilesPerPart = kTiles2 / kParts;         // 6
 constexpr int kWgs = 4, kThreads = 128 * kWgs;          // one FC1 block of each group, one FC2 block of each tile
 constexpr int kBuf = 2;                                 // FC1's A buffers
 constexpr int kPre = 4;                                 // FC2 blocks a warpgroup dequantises before the wait
-constexpr int kStamps = 6;
+constexpr int kStamps = 9;
+constexpr int kCluster = 2;                             // kSplit: an FC1 tile's two K halves
+constexpr int kSplitTiles = kTiles2 / kCluster;         // kSplit: FC2 row tiles a CTA takes (48)
+constexpr int kHalfBlockBytes = kPackBlockBytes / 2;    // kSplit: FC2 in k32 half blocks (split_fc2_layout)
+constexpr int kFc2Bars = kSplitTiles / 4;               // FC2 barriers: 6 tiles, or 12 steps of 4 half blocks
 // Shared memory, from a 1024-aligned base: FC1's B sub-tiles, FC2's, FC1 blocks, FC2 blocks, the
-// warpgroups' FC1 sums, the barriers (12 FC1 groups, 6 FC2 tiles, the token's row).
+// warpgroups' FC1 sums (and the cluster's exchange), the barriers (12 FC1 groups, FC2's, the token's row).
 constexpr int kXsBytes = kHalfChunks * 1024, kAsBytes = kChunks2 * 1024;
 constexpr int kW1Bytes = kHalfChunks * kPackBlockBytes, kW2Bytes = kTilesPerPart * kChunks2 * kPackBlockBytes;
 constexpr int kOffAs = kXsBytes, kOffW1 = kOffAs + kAsBytes, kOffW2 = kOffW1 + kW1Bytes;
-constexpr int kOffRed = kOffW2 + kW2Bytes, kOffBars = kOffRed + kWgs * 64 * 4;
-constexpr int kSmem = kOffBars + (kGroups1 + kTilesPerPart + 1) * 8 + 1024;
+constexpr int kXStageBytes = kHalfChunks * 128;         // the token's K half as one copy (xstage)
+constexpr int kOffXst = kOffW2 + kW2Bytes, kOffRed = kOffXst + kXStageBytes;
+constexpr int kOffBars = kOffRed + (kWgs + kCluster) * 64 * 4;
+constexpr int kSmem = kOffBars + (kGroups1 + kFc2Bars + 1) * 8 + 1024;
+static_assert(kSplitTiles * kHalfBlockBytes == kW2Bytes && kSplitTiles * 64 * 4 <= kW1Bytes,
+              "the split FC2's half blocks fill FC2's region and its rows fit where FC1's blocks were");
 static_assert(kWgs == kGroup1 && kWgs == kChunks2, "a warpgroup takes one FC1 block of each group, one FC2 block of each tile");
 static_assert(kGroups1 % kBuf == 0 && kPre < kTilesPerPart, "the buffers tile the blocks");
 static_assert(kSmem <= 232448, "the resident CTA must fit the sm_90 shared-memory limit");
 static_assert(kWgs * kTilesPerPart * 64 * 4 <= kW1Bytes, "FC2's cross-warpgroup sums fit where FC1's blocks were");
+
+// One k32 half block of FC2 (split_fc2_layout): thread T's two code words (k16 steps 2h, 2h + 1 of the
+// packed chunk) at 8T, the quad's scale word at 1024 + 4 quad -> the A registers of the two k16 steps.
+__device__ __forceinline__ void dequant_half(const uint8_t* block, int tid, uint32_t (&a)[2][4]) {
+  const uint2 codes = *reinterpret_cast<const uint2*>(block + 8 * tid);
+  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2);
+  const uint32_t sc = *reinterpret_cast<const uint32_t*>(block + 1024 + 4 * quad);
+  sm90::dequant_kstep<false>(codes.x, sc, a[0]);
+  sm90::dequant_kstep<true>(codes.y, sc, a[1]);
+}
 
 // kMode, a diagnostic of FC1's main loop: 0 the real math; 1 no dequantisation (the code words go to the
 // wgmmas as they are); 2 no FC1 wgmmas (the dequantised registers are consumed by an empty asm). Modes 1
 // and 2 compute wrong results and are only timed.
 // kPerCommit: FC1 blocks a commit group covers (1, or 2: blocks wg of groups k and k + 1 together).
 // fc2_after: FC2's copies once that many FC1 groups have landed (0: at the start).
-template <int kMode, int kPerCommit>
+// lead: FC1's groups issued `lead` ahead of the one thread 0 waits for (0: all at the start).
+// kSplit (docs/perf.md sm90 step 63): each FC1 tile's two CTAs (its K halves) are one cluster and exchange
+// their partial sums through distributed shared memory and a cluster barrier instead of the pair's global
+// publication; FC2 is then split by K: the CTA of half h multiplies FC2's row tiles 48h .. 48h + 47 over
+// the tile's 32 output columns (FC2's K slice, from the half-block layout that split_fc2_layout writes)
+// and adds its fp32 sums into yacc (red.global.add.v4.f32; yacc zeroed before the launch), so no CTA
+// waits for another cluster.
+template <int kMode, int kPerCommit, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     resident_gemm_kernel(const uint8_t* __restrict__ fc1, const uint8_t* __restrict__ fc2,
                          const float* __restrict__ s1, const float* __restrict__ s2, const int* __restrict__ experts,
                          const uint16_t* __restrict__ x, float* __restrict__ partials, unsigned* __restrict__ counters,
-                         uint16_t* __restrict__ act_out, uint16_t* __restrict__ y,
-                         unsigned long long* __restrict__ stamps, int fc2_after) {
+                         uint16_t* __restrict__ act_out, uint16_t* __restrict__ y, float* __restrict__ yacc,
+                         unsigned long long* __restrict__ stamps, int fc2_after, int lead, int xstage) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace fp4moe::sm90;
   extern __shared__ uint8_t smem_raw[];
@@ -83,36 +113,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* w2 = smem + kOffW2;
   float* red = reinterpret_cast<float*>(smem + kOffRed);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBars);
-  uint64_t* xbar = bars + kGroups1 + kTilesPerPart;
+  uint64_t* xbar = bars + kGroups1 + kFc2Bars;
   const int j = blockIdx.x / kParts, p = blockIdx.x % kParts, t = threadIdx.x;
   const int wg = t / 128, tid = t % 128, w = tid / 32, gq = (tid % 32) / 4, q = tid % 4;
   const int e = experts[j], tile1 = p / 2, half = p % 2;
-  // Timeline (globaltimer ns, thread 0): entry, FC1 summed, publication seen, FC2's B operand written,
-  // FC2's wgmmas retired, end.
+  // Timeline (globaltimer ns, thread 0): entry, FC1's groups 0, 5 and 11 seen by thread 0, FC1 summed,
+  // publication (or the cluster's exchange) seen, FC2's B operand written, FC2's wgmmas retired, end.
   auto stamp = [&](int i) { resident_stamp(stamps == nullptr ? nullptr : stamps + blockIdx.x * kStamps, i); };
   stamp(0);
   const uint8_t* src2 = fc2 + (int64_t(e) * kTiles2 + kTilesPerPart * p) * kChunks2 * kPackBlockBytes;
+  const uint8_t* src1 = fc1 + ((int64_t(e) * kTiles1 + tile1) * kChunks1 + kHalfChunks * half) * kPackBlockBytes;
+  auto issue_fc1 = [&](int g) {
+    mbar_arrive_expect_tx(&bars[g], kGroup1 * kPackBlockBytes);
+    bulk_copy_g2s(w1 + g * kGroup1 * kPackBlockBytes, src1 + g * kGroup1 * kPackBlockBytes, kGroup1 * kPackBlockBytes,
+                  &bars[g], policy_evict_first());
+  };
   if (t == 0) {
-    for (int i = 0; i < kGroups1 + kTilesPerPart + 1; ++i) mbar_init(&bars[i], 1);
+    for (int i = 0; i < kGroups1 + kFc2Bars + 1; ++i) mbar_init(&bars[i], 1);
     fence_barrier_init();
-    // The token's K half into row 0 of each B sub-tile (plain loads here, each a round trip to a cold L2
-    // under the weight stream, held FC1's end back by about 2 us).
+    // The token's K half into row 0 of each B sub-tile: 48 bulk copies of 128 bytes (the first build's
+    // plain loads, each a round trip to a cold L2 under the weight stream, held FC1's end back by about
+    // 2 us), or (xstage) one copy of 6 KB that the threads then spread over the rows. The token goes
+    // first: a CTA's copies land in the order they were issued.
     const uint16_t* xh = x + kHalfChunks * 64 * half;
-    mbar_arrive_expect_tx(xbar, kHalfChunks * 128);
-    for (int c = 0; c < kHalfChunks; ++c) bulk_copy_g2s(xs + c * 1024, xh + c * 64, 128, xbar, policy_evict_normal());
-    const uint64_t policy = policy_evict_first();
-    const uint8_t* src1 = fc1 + ((int64_t(e) * kTiles1 + tile1) * kChunks1 + kHalfChunks * half) * kPackBlockBytes;
-    for (int g = 0; g < kGroups1; ++g) {
-      mbar_arrive_expect_tx(&bars[g], kGroup1 * kPackBlockBytes);
-      bulk_copy_g2s(w1 + g * kGroup1 * kPackBlockBytes, src1 + g * kGroup1 * kPackBlockBytes,
-                    kGroup1 * kPackBlockBytes, &bars[g], policy);
-    }
+    mbar_arrive_expect_tx(xbar, kXStageBytes);
+    if (xstage == 0)
+      for (int c = 0; c < kHalfChunks; ++c) bulk_copy_g2s(xs + c * 1024, xh + c * 64, 128, xbar, policy_evict_normal());
+    else
+      bulk_copy_g2s(smem + kOffXst, xh, kXStageBytes, xbar, policy_evict_normal());
+    for (int g = 0; g < (lead == 0 ? kGroups1 : lead); ++g) issue_fc1(g);
   }
   // The other rows of the B sub-tiles (and all of FC2's) are zero.
   for (int u = t; u < (kXsBytes + kAsBytes) / 16; u += kThreads)
     if (u % 64 >= 8 || u / 64 >= kHalfChunks) reinterpret_cast<uint4*>(smem)[u] = make_uint4(0, 0, 0, 0);
   fence_proxy_async_smem();
   __syncthreads();
+  if constexpr (kSplit) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   // FC1. Every block's addresses are the warpgroup's base plus constants and its group index a constant,
   // so the unrolled steps carry no address work (a first build indexed blocks by 3k + wg: 2 us slower).
   // The first block is dequantised before the token's row is awaited.
@@ -121,12 +157,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 4; ++r) reg_fence(acc[r]);  // zeroed here, not between the wgmmas (ptxas would serialise them)
+  // FC2's bytes: barrier v covers the four blocks that warpgroups 0..3 take at their step v: tile
+  // 6p + v's four k64 chunks, or (kSplit) the k32 half blocks `tile1` of row tiles 48 half + 4v + w'.
   auto issue_fc2 = [&] {
-    for (int u = 0; u < kTilesPerPart; ++u) {
-      uint64_t* bar = &bars[kGroups1 + u];
-      mbar_arrive_expect_tx(bar, kChunks2 * kPackBlockBytes);
-      bulk_copy_g2s(w2 + u * kChunks2 * kPackBlockBytes, src2 + u * kChunks2 * kPackBlockBytes,
-                    kChunks2 * kPackBlockBytes, bar, policy_evict_first());
+    if constexpr (kSplit) {
+#pragma unroll 1  // the lambda is inlined at each of FC1's 12 unrolled steps: unrolled, 10k instructions
+      for (int v = 0; v < kFc2Bars; ++v) {  // the CTA's 48 half blocks are contiguous (split_fc2_layout)
+        mbar_arrive_expect_tx(&bars[kGroups1 + v], kWgs * kHalfBlockBytes);
+        const int64_t first = (int64_t(e) * kTiles1 + tile1) * kTiles2 + kSplitTiles * half + kWgs * v;
+        bulk_copy_g2s(w2 + kWgs * v * kHalfBlockBytes, fc2 + first * kHalfBlockBytes, kWgs * kHalfBlockBytes,
+                      &bars[kGroups1 + v], policy_evict_first());
+      }
+    } else {
+#pragma unroll 1
+      for (int v = 0; v < kTilesPerPart; ++v) {
+        mbar_arrive_expect_tx(&bars[kGroups1 + v], kChunks2 * kPackBlockBytes);
+        bulk_copy_g2s(w2 + v * kChunks2 * kPackBlockBytes, src2 + v * kChunks2 * kPackBlockBytes,
+                      kChunks2 * kPackBlockBytes, &bars[kGroups1 + v], policy_evict_first());
+      }
     }
   };
   if (fc2_after == 0 && t == 0) issue_fc2();
@@ -139,7 +187,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int d = 0; d < kPerCommit; ++d) {
       const int k = k0 + d;
       mbar_wait(&bars[k], 0);
-      if (k == fc2_after - 1 && t == 0) issue_fc2();  // FC1's group fc2_after - 1 has landed
+      if (t == 0) {
+        if (k == 0) stamp(1);
+        if (k == 5) stamp(2);
+        if (k == kGroups1 - 1) stamp(3);
+        if (lead != 0 && k + lead < kGroups1) issue_fc1(k + lead);
+        if (k == fc2_after - 1) issue_fc2();  // FC1's group fc2_after - 1 has landed
+      }
       if (d == 0) wgmma_wait<kBuf - 1>();
       if constexpr (kMode == 1) {
         const uint4 raw = *reinterpret_cast<const uint4*>(w1w + k * kGroup1 * kPackBlockBytes + 16 * tid);
@@ -150,7 +204,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         dequant_chunk(w1w + k * kGroup1 * kPackBlockBytes, tid, a[b][d]);
       }
     }
-    if (k0 == 0) mbar_wait(xbar, 0);
+    if (k0 == 0) {
+      mbar_wait(xbar, 0);
+      if (xstage != 0) {  // row 0 of sub-tile c = bytes 128c .. 128c + 127 of the staged half
+        if (t < kXStageBytes / 16)
+          reinterpret_cast<uint4*>(xs + (t / 8) * 1024)[t % 8] = reinterpret_cast<const uint4*>(smem + kOffXst)[t];
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+    }
     if constexpr (kMode == 2) {
 #pragma unroll
       for (int d = 0; d < kPerCommit; ++d)
@@ -175,7 +237,95 @@ __global__ void __launch_bounds__(kThreads, 1)
     red[wg * 64 + 16 * w + gq + 8] = acc[2];
   }
   __syncthreads();
-  stamp(1);
+  stamp(4);
+  if constexpr (kSplit) {
+    // The CTA's 64 sums into slot `half` of both CTAs of the cluster, then one cluster barrier (release /
+    // acquire); both CTAs have started (the arrive after the set-up, the wait here) before any remote store.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float* xch = red + kWgs * 64;
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    if (t < 64 * kCluster) {
+      const int i = t % 64;
+      cluster.map_shared_rank(xch, static_cast<unsigned>(t / 64))[half * 64 + i] =
+          red[i] + red[64 + i] + red[128 + i] + red[192 + i];
+    }
+    // FC2 by K: this CTA's rows are tiles 48 half + 4v + wg' (v < 12, wg' the warpgroup) over the tile's
+    // 32 columns, half blocks of 1152 bytes (split_fc2_layout); half of them dequantised before the wait.
+    constexpr int kV = kSplitTiles / kWgs, kPre2 = kV / 2;
+    uint32_t a2[kPre2][2][4];
+#pragma unroll
+    for (int v = 0; v < kPre2; ++v) {
+      mbar_wait(&bars[kGroups1 + v], 0);
+      dequant_half(w2 + (kWgs * v + wg) * kHalfBlockBytes, tid, a2[v]);
+    }
+    cluster.sync();
+    stamp(5);
+    if (t < 32) {  // column 32 tile1 + t: warp slice t / 8, gate row 16 (t / 8) + t % 8, up row + 8
+      const int ww = t / 8, ii = t % 8;
+      const float gsum = xch[16 * ww + ii] + xch[64 + 16 * ww + ii];
+      const float usum = xch[16 * ww + 8 + ii] + xch[64 + 16 * ww + 8 + ii];
+      const float gate = gsum * (s1[2 * e] * kAccumulatorScale), up = usum * (s1[2 * e + 1] * kAccumulatorScale);
+      const uint16_t h = f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+      reinterpret_cast<uint16_t*>(as)[t] = h;
+      if (half == 0) act_out[j * kI + 32 * tile1 + t] = h;
+    }
+    fence_proxy_async_smem();
+    __syncthreads();
+    stamp(6);
+    const uint64_t desca = make_desc_sw128(smem_addr(as));
+    float acc2[kV][4];
+#pragma unroll
+    for (int v = 0; v < kV; ++v)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        acc2[v][r] = 0.f;
+        reg_fence(acc2[v][r]);
+      }
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+      for (int v = 0; v < kPre2; ++v) WgmmaRS<8>::mma(acc2[v], a2[v][s], desca + static_cast<uint64_t>((s * 32) >> 4));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int v = kPre2; v < kV; ++v) {
+      mbar_wait(&bars[kGroups1 + v], 0);
+      dequant_half(w2 + (kWgs * v + wg) * kHalfBlockBytes, tid, a2[v - kPre2]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+      for (int v = kPre2; v < kV; ++v)
+        WgmmaRS<8>::mma(acc2[v], a2[v - kPre2][s], desca + static_cast<uint64_t>((s * 32) >> 4));
+    wgmma_commit();
+    wgmma_wait<0>();
+    stamp(7);
+    // Rows 64 (4v + wg) + 16w + g (+ 8) of the CTA's 3072, where FC1's blocks were, then into yacc by
+    // 16-byte reductions.
+    float* out = reinterpret_cast<float*>(w1);
+    if (q == 0) {
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+        out[(kWgs * v + wg) * 64 + 16 * w + gq] = acc2[v][0];
+        out[(kWgs * v + wg) * 64 + 16 * w + gq + 8] = acc2[v][2];
+      }
+    }
+    __syncthreads();
+    const float sc = s2[e] * kAccumulatorScale;
+    for (int u = t; u < kSplitTiles * 16; u += kThreads) {
+      const float4 v = reinterpret_cast<const float4*>(out)[u];
+      float* dst = yacc + j * kH + kSplitTiles * 64 * half + 4 * u;
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v.x * sc), "f"(v.y * sc),
+                   "f"(v.z * sc), "f"(v.w * sc)
+                   : "memory");
+    }
+    __syncthreads();
+    stamp(8);
+    return;
+  }
   if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
   __syncthreads();
   unsigned target = 0;
@@ -189,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (t == 0) resident_wait(&counters[j], target);
   __syncthreads();
-  stamp(2);
+  stamp(5);
   if (t < kI) {  // column t: packed tile t / 32, warp slice (t % 32) / 8, gate row 16 w' + t % 8, up row + 8
     const int tt = t / 32, ww = (t % 32) / 8, ii = t % 8;
     const float* pa = partials + (j * kParts + 2 * tt) * 64;
@@ -202,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   fence_proxy_async_smem();
   __syncthreads();
-  stamp(3);
+  stamp(6);
   // FC2: warpgroup wg multiplies block wg (K = 64 wg .. 64 wg + 63) of each of the six tiles.
   const uint64_t desca = make_desc_sw128(smem_addr(as)) + static_cast<uint64_t>(wg * (1024 >> 4));
   float acc2[kTilesPerPart][4];
@@ -233,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaRS<8>::mma(acc2[v], a2[v - kPre][s], desca + static_cast<uint64_t>((s * 32) >> 4));
   wgmma_commit();
   wgmma_wait<0>();
-  stamp(4);
+  stamp(7);
   // The four warpgroups' sums of each row meet where FC1's blocks were.
   float* red2 = reinterpret_cast<float*>(w1);
   if (q == 0) {
@@ -250,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     y[j * kH + n * p + t] = f32_to_bf16_bits(v * (s2[e] * kAccumulatorScale));
   }
   __syncthreads();
-  stamp(5);
+  stamp(8);
 #endif
 }
 
@@ -264,27 +414,90 @@ int resident_gemm_stamps() { return kStamps; }
 // fc1 / fc2: kSm90Interleaved weights of E >= max(experts) + 1 experts (FC1 n = 256, k = 6144; FC2 n = 6144,
 // k = 256); s1 [E][2], s2 [E]; experts [8] on the device; x: one bf16 row of 6144; partials: 8 * 16 * 64
 // fp32; counters: 8, zero once before the first launch; act: 8 x 256 bf16 (FC1's output, for the check);
-// y: 8 x 6144 bf16 (FC2's rows); stamps: null or kStamps x 128 globaltimer values (see the kernel);
-// mode: kMode (0 the real math, 1 and 2 diagnostics); per_commit: kPerCommit (1 or 2); fc2_after: 0 .. 12.
+// y: 8 x 6144 bf16 (FC2's rows); yacc: 8 x 6144 fp32, zero before each split launch, which adds FC2's rows
+// into it instead of writing y; stamps: null or kStamps x 128 globaltimer values (see the kernel);
+// mode: kMode (0 the real math, 1 and 2 diagnostics); per_commit: kPerCommit (1 or 2); fc2_after: 0 .. 12;
+// lead: 0 .. 11; split: kSplit (mode 0, one block a commit group only; fc2 then in split_fc2_layout's
+// half blocks); clustered: the unsplit kernel launched in clusters of two (placement only); xstage: the
+// token's K half by one bulk copy and a spread in shared memory instead of 48 row copies.
 cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* s1, const float* s2,
                                  const int* experts, const void* x, float* partials, unsigned* counters, void* act,
-                                 void* y, unsigned long long* stamps, int mode, int per_commit, int fc2_after,
+                                 void* y, float* yacc, unsigned long long* stamps, int mode, int per_commit,
+                                 int fc2_after, int lead, bool split, bool clustered, bool xstage,
                                  cudaStream_t s) {
-  if (mode < 0 || mode > 2 || (per_commit != 1 && per_commit != 2) || fc2_after < 0 || fc2_after > kGroups1)
+  if (mode < 0 || mode > 2 || (per_commit != 1 && per_commit != 2) || fc2_after < 0 || fc2_after > kGroups1 ||
+      lead < 0 || lead >= kGroups1 || (split && (mode != 0 || per_commit != 1)))
     return cudaErrorInvalidValue;
   using Kernel = void (*)(const uint8_t*, const uint8_t*, const float*, const float*, const int*, const uint16_t*,
-                          float*, unsigned*, uint16_t*, uint16_t*, unsigned long long*, int);
-  const Kernel kernels[3][2] = {{resident_gemm_kernel<0, 1>, resident_gemm_kernel<0, 2>},
-                                {resident_gemm_kernel<1, 1>, resident_gemm_kernel<1, 2>},
-                                {resident_gemm_kernel<2, 1>, resident_gemm_kernel<2, 2>}};
-  const Kernel kernel = kernels[mode][per_commit - 1];
+                          float*, unsigned*, uint16_t*, uint16_t*, float*, unsigned long long*, int, int, int);
+  const Kernel kernels[3][2] = {{resident_gemm_kernel<0, 1, false>, resident_gemm_kernel<0, 2, false>},
+                                {resident_gemm_kernel<1, 1, false>, resident_gemm_kernel<1, 2, false>},
+                                {resident_gemm_kernel<2, 1, false>, resident_gemm_kernel<2, 2, false>}};
+  const Kernel kernel = split ? resident_gemm_kernel<0, 1, true> : kernels[mode][per_commit - 1];
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
-  kernel<<<kPairs * kParts, kThreads, kSmem, s>>>(static_cast<const uint8_t*>(fc1), static_cast<const uint8_t*>(fc2),
-                                                 s1, s2, experts, static_cast<const uint16_t*>(x), partials, counters,
-                                                 static_cast<uint16_t*>(act), static_cast<uint16_t*>(y), stamps,
-                                                 fc2_after);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(kPairs * kParts);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  // A cluster's CTAs are consecutive: p = 2 tile1 + half. `clustered` launches the unsplit kernel the same
+  // way (a diagnostic of the placement alone).
+  attr.val.clusterDim.x = split || clustered ? kCluster : 1;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = split || clustered ? 1 : 0;
+  if (split || clustered) {  // every cluster must be resident at once
+    int clusters = 0;
+    const cudaError_t occ = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (occ != cudaSuccess) return occ;
+    if (clusters < kPairs * kParts / kCluster) return cudaErrorCooperativeLaunchTooLarge;
+  }
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint8_t*>(fc1), static_cast<const uint8_t*>(fc2), s1, s2,
+                            experts, static_cast<const uint16_t*>(x), partials, counters, static_cast<uint16_t*>(act),
+                            static_cast<uint16_t*>(y), yacc, stamps, fc2_after, lead, xstage ? 1 : 0);
+}
+
+// FC2's kSm90Interleaved blocks (E experts x 96 tiles x 4 k64 chunks, 2304 bytes each) as the split
+// launch reads them: each block (e, tile, chunk c) as two k32 half blocks of 1152 bytes, half h (K slice
+// 32 (2c + h) .. + 31, the columns of FC1 tile 2c + h) at index (8e + 2c + h) * 96 + tile, so that the 48
+// that one CTA reads are contiguous: thread T's code words 2h, 2h + 1 (bytes 16T + 8h .. + 7) at 8T, then
+// quad g's scale word h (bytes 2048 + 8g + 4h .. + 3) at 1024 + 4g. Host code; `out` holds as many bytes
+// as `packed`.
+void split_fc2_layout(const uint8_t* packed, uint8_t* out, int experts) {
+  for (int64_t b = 0; b < int64_t(experts) * kTiles2 * kChunks2; ++b)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t e = b / (kTiles2 * kChunks2), tile = (b / kChunks2) % kTiles2, c = b % kChunks2;
+      const uint8_t* src = packed + b * kPackBlockBytes;
+      uint8_t* dst = out + ((kTiles1 * e + 2 * c + h) * kTiles2 + tile) * kHalfBlockBytes;
+      for (int t = 0; t < 128; ++t)
+        for (int i = 0; i < 8; ++i) dst[8 * t + i] = src[16 * t + 8 * h + i];
+      for (int g = 0; g < 32; ++g)
+        for (int i = 0; i < 4; ++i) dst[1024 + 4 * g + i] = src[sm90::kPackCodeBytes + 8 * g + 4 * h + i];
+    }
+}
+
+// How many of the split launch's 2-CTA clusters the device holds at once (it needs 64), or -1.
+int resident_gemm_max_clusters() {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(kPairs * kParts);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmem;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = kCluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = -1;
+  if (cudaFuncSetAttribute(resident_gemm_kernel<0, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) !=
+      cudaSuccess)
+    return -1;
+  return cudaOccupancyMaxActiveClusters(&n, resident_gemm_kernel<0, 1, true>, &cfg) == cudaSuccess ? n : -1;
 }
 
 }  // namespace sm90test
