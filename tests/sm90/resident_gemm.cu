@@ -84,6 +84,42 @@ __device__ __forceinline__ void dequant_half(const uint8_t* block, int tid, uint
   sm90::dequant_kstep<true>(codes.y, sc, a[1]);
 }
 
+// One warpgroup's FC2 wgmmas into kV accumulators (B: the SwiGLU row at desca, kSteps k16 steps). The
+// first kPre blocks' A fragments are in a2 already (dequantised while the publication was awaited);
+// load(v, a) waits for block v and dequantises it into a, for the other kV - kPre once the first kPre's
+// wgmmas have retired (within 128 registers a thread). k16 steps outermost: consecutive wgmmas go to
+// different accumulators.
+template <int kV, int kPre, int kSteps, class Load>
+__device__ __forceinline__ void fc2_wgmmas(float (&acc2)[kV][4], uint32_t (&a2)[kPre][kSteps][4], uint64_t desca,
+                                           Load load) {
+  static_assert(kV - kPre <= kPre, "the later blocks reuse the first blocks' registers");
+#pragma unroll
+  for (int v = 0; v < kV; ++v)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      acc2[v][r] = 0.f;
+      sm90::reg_fence(acc2[v][r]);
+    }
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+    for (int v = 0; v < kPre; ++v)
+      sm90::WgmmaRS<8>::mma(acc2[v], a2[v][s], desca + static_cast<uint64_t>((s * 32) >> 4));
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+#pragma unroll
+  for (int v = kPre; v < kV; ++v) load(v, a2[v - kPre]);
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+    for (int v = kPre; v < kV; ++v)
+      sm90::WgmmaRS<8>::mma(acc2[v], a2[v - kPre][s], desca + static_cast<uint64_t>((s * 32) >> 4));
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+}
+
 // kMode, a diagnostic of FC1's main loop: 0 the real math; 1 no dequantisation (the code words go to the
 // wgmmas as they are); 2 no FC1 wgmmas (the dequantised registers are consumed by an empty asm). Modes 1
 // and 2 compute wrong results and are only timed.
@@ -253,12 +289,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     // FC2 by K: this CTA's rows are tiles 48 half + 4v + wg' (v < 12, wg' the warpgroup) over the tile's
     // 32 columns, half blocks of 1152 bytes (split_fc2_layout); half of them dequantised before the wait.
     constexpr int kV = kSplitTiles / kWgs, kPre2 = kV / 2;
+    auto load = [&](int v, uint32_t(&a)[2][4]) {
+      mbar_wait(&bars[kGroups1 + v], 0);
+      dequant_half(w2 + (kWgs * v + wg) * kHalfBlockBytes, tid, a);
+    };
     uint32_t a2[kPre2][2][4];
 #pragma unroll
-    for (int v = 0; v < kPre2; ++v) {
-      mbar_wait(&bars[kGroups1 + v], 0);
-      dequant_half(w2 + (kWgs * v + wg) * kHalfBlockBytes, tid, a2[v]);
-    }
+    for (int v = 0; v < kPre2; ++v) load(v, a2[v]);
     cluster.sync();
     stamp(5);
     if (t < 32) {  // column 32 tile1 + t: warp slice t / 8, gate row 16 (t / 8) + t % 8, up row + 8
@@ -273,35 +310,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_proxy_async_smem();
     __syncthreads();
     stamp(6);
-    const uint64_t desca = make_desc_sw128(smem_addr(as));
     float acc2[kV][4];
-#pragma unroll
-    for (int v = 0; v < kV; ++v)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        acc2[v][r] = 0.f;
-        reg_fence(acc2[v][r]);
-      }
-    wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < 2; ++s)
-#pragma unroll
-      for (int v = 0; v < kPre2; ++v) WgmmaRS<8>::mma(acc2[v], a2[v][s], desca + static_cast<uint64_t>((s * 32) >> 4));
-    wgmma_commit();
-    wgmma_wait<0>();
-#pragma unroll
-    for (int v = kPre2; v < kV; ++v) {
-      mbar_wait(&bars[kGroups1 + v], 0);
-      dequant_half(w2 + (kWgs * v + wg) * kHalfBlockBytes, tid, a2[v - kPre2]);
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < 2; ++s)
-#pragma unroll
-      for (int v = kPre2; v < kV; ++v)
-        WgmmaRS<8>::mma(acc2[v], a2[v - kPre2][s], desca + static_cast<uint64_t>((s * 32) >> 4));
-    wgmma_commit();
-    wgmma_wait<0>();
+    fc2_wgmmas(acc2, a2, make_desc_sw128(smem_addr(as)), load);
     stamp(7);
     // Rows 64 (4v + wg) + 16w + g (+ 8) of the CTA's 3072, where FC1's blocks were, then into yacc by
     // 16-byte reductions.
@@ -331,12 +341,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned target = 0;
   if (t == 0) target = resident_publish(&counters[j], kParts);  // the wait comes after FC2's first dequantisation
   // FC2's A fragments while the other CTAs publish: block wg of tiles 0 .. kPre - 1.
+  auto load = [&](int v, uint32_t(&a)[4][4]) {
+    mbar_wait(&bars[kGroups1 + v], 0);
+    dequant_chunk(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, a);
+  };
   uint32_t a2[kPre][4][4];
 #pragma unroll
-  for (int v = 0; v < kPre; ++v) {
-    mbar_wait(&bars[kGroups1 + v], 0);
-    dequant_chunk(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, a2[v]);
-  }
+  for (int v = 0; v < kPre; ++v) load(v, a2[v]);
   if (t == 0) resident_wait(&counters[j], target);
   __syncthreads();
   stamp(5);
@@ -354,35 +365,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   stamp(6);
   // FC2: warpgroup wg multiplies block wg (K = 64 wg .. 64 wg + 63) of each of the six tiles.
-  const uint64_t desca = make_desc_sw128(smem_addr(as)) + static_cast<uint64_t>(wg * (1024 >> 4));
   float acc2[kTilesPerPart][4];
-#pragma unroll
-  for (int u = 0; u < kTilesPerPart; ++u)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      acc2[u][r] = 0.f;
-      reg_fence(acc2[u][r]);
-    }
-  wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < 4; ++s)  // k16 steps outermost: consecutive wgmmas go to different accumulators
-#pragma unroll
-    for (int v = 0; v < kPre; ++v) WgmmaRS<8>::mma(acc2[v], a2[v][s], desca + static_cast<uint64_t>((s * 32) >> 4));
-  wgmma_commit();
-  wgmma_wait<0>();
-#pragma unroll
-  for (int v = kPre; v < kTilesPerPart; ++v) {
-    mbar_wait(&bars[kGroups1 + v], 0);
-    dequant_chunk(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, a2[v - kPre]);
-  }
-  wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < 4; ++s)
-#pragma unroll
-    for (int v = kPre; v < kTilesPerPart; ++v)
-      WgmmaRS<8>::mma(acc2[v], a2[v - kPre][s], desca + static_cast<uint64_t>((s * 32) >> 4));
-  wgmma_commit();
-  wgmma_wait<0>();
+  fc2_wgmmas(acc2, a2, make_desc_sw128(smem_addr(as)) + static_cast<uint64_t>(wg * (1024 >> 4)), load);
   stamp(7);
   // The four warpgroups' sums of each row meet where FC1's blocks were.
   float* red2 = reinterpret_cast<float*>(w1);
