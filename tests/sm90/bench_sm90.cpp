@@ -26,8 +26,9 @@
 // timed the same way, each with a timeline; rows "resident GEMMs[ variant][ xs], C/F/L" (C FC1 blocks a
 // commit group, FC2's copies after F of FC1's 12 groups, FC1's copies L groups ahead or all at once if 0;
 // xs: the token's K half by one copy; variants "clustered" (in clusters of two, placement only) and
-// "split" (the cluster exchange and FC2 split by K)) and the two diagnostic builds of FC1's loop (no
-// dequantisation, no wgmmas), which are timed only. --resident --iters 0: the checks alone (e.g. under
+// "split" (the cluster exchange and FC2 split by K), "ll" (the flag-in-data publication and FC2 by FC1
+// tiles, step 64)) and the four diagnostic builds of FC1's loop (no dequantisation, no wgmmas, no waits,
+// no math), which are timed only. --resident --iters 0: the checks alone (e.g. under
 // compute-sanitizer).
 // --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
@@ -72,9 +73,9 @@ int resident_gemm_hidden();
 int resident_gemm_inter();
 cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* s1, const float* s2,
                                  const int* experts, const void* x, float* partials, unsigned* counters, void* act,
-                                 void* y, float* yacc, unsigned long long* stamps, int mode, int per_commit,
-                                 int fc2_after, int lead, bool split, bool clustered, bool xstage,
-                                 cudaStream_t s);
+                                 void* y, float* yacc, unsigned long long* stamps, unsigned long long* llpart,
+                                 int mode, int per_commit, int fc2_after, int lead, bool split, bool clustered,
+                                 bool xstage, int ll, cudaStream_t s);
 int resident_gemm_stamps();
 int resident_gemm_max_clusters();
 void split_fc2_layout(const uint8_t* packed, uint8_t* out, int experts);
@@ -195,7 +196,7 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
   DeviceBuffer c1(w1.canonical.size()), c2(w2.canonical.size()), k1(sm90::packed_bytes(p1)),
       k2(sm90::packed_bytes(p2)), ts1(w1.tensor_scales.size() * 4), ts2(w2.tensor_scales.size() * 4),
       ex(pairs * 4), xb(H * 2), part(pairs * 16 * 64 * 4), cnt(pairs * 4), act(pairs * I * 2), y(pairs * H * 2),
-      yacc(pairs * H * 4);
+      yacc(pairs * H * 4), llpart(pairs * 16 * 64 * 8);
   SM90_CUDA_OK(cudaMemcpy(c1.get(), w1.canonical.data(), c1.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemcpy(c2.get(), w2.canonical.data(), c2.size(), cudaMemcpyHostToDevice));
   Status st = sm90::pack_device(p1, c1.get(), k1.get(), s);
@@ -225,9 +226,11 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
   }
   SM90_CUDA_OK(cudaMemcpy(xb.get(), xh.data(), xb.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemset(cnt.get(), 0, cnt.size()));
+  SM90_CUDA_OK(cudaMemset(llpart.get(), 0, llpart.size()));
   struct Variant {
     int mode, per_commit, fc2_after, lead;
     bool split, clustered, xstage;
+    int ll;  // 0, 1 (FC2 on wgmma), 2 (FC2 on the CUDA cores), 3 (1, both tiles awaited first)
   };
   const int clusters = sm90test::resident_gemm_max_clusters();
   fmt::print("resident GEMMs: the device holds {} of the split launch's 2-CTA clusters at once (64 needed)\n",
@@ -241,10 +244,12 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
       empty(st_);
     });
   for (const Variant vr :
-       {Variant{0, 1, 9, 0, false, false, false}, Variant{0, 1, 9, 0, false, false, true},
-        Variant{0, 1, 6, 0, false, false, true}, Variant{0, 1, 9, 4, false, false, true},
-        Variant{0, 1, 9, 0, false, true, true}, Variant{0, 1, 9, 0, true, false, true},
-        Variant{1, 1, 9, 0, false, false, true}, Variant{2, 1, 9, 0, false, false, true}}) {
+       {Variant{0, 1, 9, 0, false, false, false, 0}, Variant{0, 1, 9, 0, false, false, true, 0},
+        Variant{0, 1, 9, 0, false, false, true, 1}, Variant{0, 1, 9, 0, false, false, true, 2},
+        Variant{0, 1, 9, 0, false, false, true, 3}, Variant{0, 1, 9, 4, false, false, true, 0},
+        Variant{0, 1, 9, 0, false, true, true, 0}, Variant{0, 1, 9, 0, true, false, true, 0},
+        Variant{1, 1, 9, 0, false, false, true, 0}, Variant{2, 1, 9, 0, false, false, true, 0},
+        Variant{3, 1, 9, 0, false, false, true, 0}, Variant{4, 1, 9, 0, false, false, true, 0}}) {
     const int mode = vr.mode;
     if ((vr.split || vr.clustered) && clusters < pairs * 16 / 2) continue;
     SM90_CUDA_OK(cudaMemset(act.get(), 0xFF, act.size()));
@@ -256,12 +261,14 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
           k1.get(), vr.split ? k2h.get() : k2.get(), static_cast<const float*>(ts1.get()),
           static_cast<const float*>(ts2.get()), static_cast<const int*>(ex.get()), xb.get(),
           static_cast<float*>(part.get()), static_cast<unsigned*>(cnt.get()), act.get(), y.get(),
-          static_cast<float*>(yacc.get()), stamps, mode,
-          vr.per_commit, vr.fc2_after, vr.lead, vr.split, vr.clustered, vr.xstage, st_));
+          static_cast<float*>(yacc.get()), stamps, static_cast<unsigned long long*>(llpart.get()), mode,
+          vr.per_commit, vr.fc2_after, vr.lead, vr.split, vr.clustered, vr.xstage, vr.ll, st_));
     };
-    const char* modes[3] = {"resident GEMMs", "resident, FC1 no dequant", "resident, FC1 no wgmma"};
+    const char* modes[5] = {"resident GEMMs", "resident, FC1 no dequant", "resident, FC1 no wgmma",
+                            "resident, FC1 no waits", "resident, FC1 no math"};
+    const char* lls[4] = {"", " ll", " ll cc", " ll both"};
     const std::string name =
-        fmt::format("{}{}{}, {}/{}/{}", modes[mode], vr.split ? " split" : (vr.clustered ? " clustered" : ""),
+        fmt::format("{}{}{}, {}/{}/{}", modes[mode], vr.split ? " split" : (vr.clustered ? " clustered" : lls[vr.ll]),
                     vr.xstage ? " xs" : "", vr.per_commit, vr.fc2_after, vr.lead);
     if (mode == 0) {  // the diagnostic modes compute wrong results by design: timed only
       launch(s, nullptr);
@@ -295,9 +302,18 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
     const double floor_us = graph_empty + (cold - (vr.split ? cold_memset : cold_empty));
     fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>11.0f}%\n", name, bytes / 1e6, warm, cold,
                bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
-    const std::vector<const char*> names = {"entry",          "FC1 group 0 seen", "FC1 group 5 seen",
-                                            "FC1 group 11 seen", "FC1 summed",     "publication seen",
-                                            "FC2 B written",  "FC2 wgmmas retired", "end"};
+    // ll: stamps 5 to 7 are warpgroup 0's polling start (FC2's A fragments ready) and its two FC1 tiles
+    // seen (its K columns' SwiGLU values written).
+    const bool ll = vr.ll != 0;
+    const std::vector<const char*> names = {"entry",
+                                            "FC1 group 0 seen",
+                                            "FC1 group 5 seen",
+                                            "FC1 group 11 seen",
+                                            "FC1 summed",
+                                            ll ? "wg0 polls" : "publication seen",
+                                            ll ? "wg0 first tile seen" : "FC2 B written",
+                                            ll ? "wg0 second tile seen" : "FC2 wgmmas retired",
+                                            "end"};
     if (static_cast<int>(names.size()) != sm90test::resident_gemm_stamps())
       throw std::runtime_error("bench_sm90: the resident GEMMs' timeline has a different number of stamps");
     timeline([&](unsigned long long* stamps) { launch(s, stamps); }, names);

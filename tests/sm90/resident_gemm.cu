@@ -1,4 +1,4 @@
-// The resident-weights design of docs/perf.md's sm90 step 61, with the family's real math (steps 62, 63):
+// The resident-weights design of docs/perf.md's sm90 step 61, with the family's real math (steps 62-64):
 // both GEMMs of GLM-5's TP8 shard for one token (8 routed experts, I = 256, H = 6144, 21.2 MB of NVFP4
 // weights) in one launch that reads the kSm90Interleaved layout as the engine packs it. A probe, not a
 // tactic: it serves this one shape, and `bench_sm90 --resident` checks its outputs against the CPU
@@ -26,6 +26,8 @@
 //     shared memory; y = bf16(sum * s2 * 2^19).
 //   - kSplit (step 63, slower): no publication; each FC1 tile's two CTAs are a cluster that exchanges
 //     its K halves' sums through distributed shared memory, and FC2 is split by K (see the kernel).
+//   - kLL (step 64, no gain): the sums published as 64-bit (value, epoch) words and polled per FC1 tile by
+//     the warpgroup whose FC2 K block needs that tile, FC2's multiply-adds on wgmma or the CUDA cores.
 #include <cooperative_groups.h>
 #include <cuda_runtime_api.h>
 
@@ -74,14 +76,36 @@ static_assert(kGroups1 % kBuf == 0 && kPre < kTilesPerPart, "the buffers tile th
 static_assert(kSmem <= 232448, "the resident CTA must fit the sm_90 shared-memory limit");
 static_assert(kWgs * kTilesPerPart * 64 * 4 <= kW1Bytes, "FC2's cross-warpgroup sums fit where FC1's blocks were");
 
-// One k32 half block of FC2 (split_fc2_layout): thread T's two code words (k16 steps 2h, 2h + 1 of the
-// packed chunk) at 8T, the quad's scale word at 1024 + 4 quad -> the A registers of the two k16 steps.
+// Two k16 steps (2h, 2h + 1 of a packed chunk): the thread's two code words at `codes`, its quad's scale
+// word at `scales` -> the A registers of the two steps.
+__device__ __forceinline__ void dequant_two_steps(const uint8_t* codes, const uint8_t* scales, uint32_t (&a)[2][4]) {
+  const uint2 c = *reinterpret_cast<const uint2*>(codes);
+  const uint32_t sc = *reinterpret_cast<const uint32_t*>(scales);
+  sm90::dequant_kstep<false>(c.x, sc, a[0]);
+  sm90::dequant_kstep<true>(c.y, sc, a[1]);
+}
+__device__ __forceinline__ int quad_of(int tid) { return (tid >> 5) * 8 + ((tid & 31) >> 2); }
+
+// One k32 half block of FC2 (split_fc2_layout): thread T's two code words at 8T, the quad's scale word at
+// 1024 + 4 quad.
 __device__ __forceinline__ void dequant_half(const uint8_t* block, int tid, uint32_t (&a)[2][4]) {
-  const uint2 codes = *reinterpret_cast<const uint2*>(block + 8 * tid);
-  const int quad = (tid >> 5) * 8 + ((tid & 31) >> 2);
-  const uint32_t sc = *reinterpret_cast<const uint32_t*>(block + 1024 + 4 * quad);
-  sm90::dequant_kstep<false>(codes.x, sc, a[0]);
-  sm90::dequant_kstep<true>(codes.y, sc, a[1]);
+  dequant_two_steps(block + 8 * tid, block + 1024 + 4 * quad_of(tid), a);
+}
+// Steps 2h, 2h + 1 of a packed k64 chunk (sm90_layout.h): code words at 16T + 8h, scale word h of the quad.
+template <int kH2>
+__device__ __forceinline__ void dequant_steps(const uint8_t* block, int tid, uint32_t (&a)[2][4]) {
+  dequant_two_steps(block + 16 * tid + 8 * kH2, block + sm90::kPackCodeBytes + 8 * quad_of(tid) + 4 * kH2, a);
+}
+
+// The flag-in-data publication (kLL): a 64-bit word holds a partial sum's bits and the launch's epoch, so one
+// relaxed store publishes both and a reader that sees the epoch has the value (no fence, no counter).
+__device__ __forceinline__ void st_relaxed_gpu_u64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long ld_relaxed_gpu_u64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
 }
 
 // One warpgroup's FC2 wgmmas into kV accumulators (B: the SwiGLU row at desca, kSteps k16 steps). The
@@ -121,8 +145,9 @@ __device__ __forceinline__ void fc2_wgmmas(float (&acc2)[kV][4], uint32_t (&a2)[
 }
 
 // kMode, a diagnostic of FC1's main loop: 0 the real math; 1 no dequantisation (the code words go to the
-// wgmmas as they are); 2 no FC1 wgmmas (the dequantised registers are consumed by an empty asm). Modes 1
-// and 2 compute wrong results and are only timed.
+// wgmmas as they are); 2 no FC1 wgmmas (the dequantised registers are consumed by an empty asm); 3 no
+// waits (FC1's math on whatever shared memory holds, the barriers drained after it: the math alone); 4 no
+// math (the waits alone). Modes 1 to 4 compute wrong results and are only timed.
 // kPerCommit: FC1 blocks a commit group covers (1, or 2: blocks wg of groups k and k + 1 together).
 // fc2_after: FC2's copies once that many FC1 groups have landed (0: at the start).
 // lead: FC1's groups issued `lead` ahead of the one thread 0 waits for (0: all at the start).
@@ -132,13 +157,21 @@ __device__ __forceinline__ void fc2_wgmmas(float (&acc2)[kV][4], uint32_t (&a2)[
 // the tile's 32 output columns (FC2's K slice, from the half-block layout that split_fc2_layout writes)
 // and adds its fp32 sums into yacc (red.global.add.v4.f32; yacc zeroed before the launch), so no CTA
 // waits for another cluster.
-template <int kMode, int kPerCommit, bool kSplit>
+// kLL (step 64; 0 off, 1 FC2 on wgmma, 2 FC2 on the CUDA cores, 3 as 1 with both tiles awaited before any
+// FC2 step): the flag-in-data publication and FC2 by FC1 tiles. Each CTA stores its 64 sums as 64-bit
+// words (value, epoch) with relaxed stores, no fence and no counter (the epoch is one more than what the
+// CTA's own slot held at entry: every launch writes every slot once). Warpgroup wg's FC2 block (K columns
+// 64 wg .. 64 wg + 63) needs only FC1 tiles 2 wg and 2 wg + 1, so it polls those tiles' four CTAs' words
+// itself and issues its k16 steps 0-1 once the first tile is seen, 2-3 once the second is: FC2's math
+// runs while the later tiles are awaited, and only a warpgroup's last 12 wgmmas follow the last tile.
+template <int kMode, int kPerCommit, bool kSplit, int kLL>
 __global__ void __launch_bounds__(kThreads, 1)
     resident_gemm_kernel(const uint8_t* __restrict__ fc1, const uint8_t* __restrict__ fc2,
                          const float* __restrict__ s1, const float* __restrict__ s2, const int* __restrict__ experts,
                          const uint16_t* __restrict__ x, float* __restrict__ partials, unsigned* __restrict__ counters,
                          uint16_t* __restrict__ act_out, uint16_t* __restrict__ y, float* __restrict__ yacc,
-                         unsigned long long* __restrict__ stamps, int fc2_after, int lead, int xstage) {
+                         unsigned long long* __restrict__ stamps, unsigned long long* __restrict__ llpart,
+                         int fc2_after, int lead, int xstage) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace fp4moe::sm90;
   extern __shared__ uint8_t smem_raw[];
@@ -157,6 +190,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // publication (or the cluster's exchange) seen, FC2's B operand written, FC2's wgmmas retired, end.
   auto stamp = [&](int i) { resident_stamp(stamps == nullptr ? nullptr : stamps + blockIdx.x * kStamps, i); };
   stamp(0);
+  // kLL: this launch's epoch, from the CTA's own slot, read after FC1's first step (a fence waits for the
+  // thread's loads: read at entry, the fence of the set-up held FC1's start back by 0.4 us).
+  unsigned long long own_slot = 0;
   const uint8_t* src2 = fc2 + (int64_t(e) * kTiles2 + kTilesPerPart * p) * kChunks2 * kPackBlockBytes;
   const uint8_t* src1 = fc1 + ((int64_t(e) * kTiles1 + tile1) * kChunks1 + kHalfChunks * half) * kPackBlockBytes;
   auto issue_fc1 = [&](int g) {
@@ -222,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int d = 0; d < kPerCommit; ++d) {
       const int k = k0 + d;
-      mbar_wait(&bars[k], 0);
+      if constexpr (kMode != 3) mbar_wait(&bars[k], 0);
       if (t == 0) {
         if (k == 0) stamp(1);
         if (k == 5) stamp(2);
@@ -231,7 +267,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (k == fc2_after - 1) issue_fc2();  // FC1's group fc2_after - 1 has landed
       }
       if (d == 0) wgmma_wait<kBuf - 1>();
-      if constexpr (kMode == 1) {
+      if constexpr (kMode == 4) {
+      } else if constexpr (kMode == 1) {
         const uint4 raw = *reinterpret_cast<const uint4*>(w1w + k * kGroup1 * kPackBlockBytes + 16 * tid);
 #pragma unroll
         for (int s = 0; s < 4; ++s)
@@ -241,15 +278,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (k0 == 0) {
-      mbar_wait(xbar, 0);
+      if constexpr (kMode != 3) mbar_wait(xbar, 0);
       if (xstage != 0) {  // row 0 of sub-tile c = bytes 128c .. 128c + 127 of the staged half
         if (t < kXStageBytes / 16)
           reinterpret_cast<uint4*>(xs + (t / 8) * 1024)[t % 8] = reinterpret_cast<const uint4*>(smem + kOffXst)[t];
         fence_proxy_async_smem();
         __syncthreads();
       }
+      if constexpr (kLL != 0) own_slot = ld_relaxed_gpu_u64(llpart + (j * kParts + p) * 64 + t % 64);
     }
-    if constexpr (kMode == 2) {
+    if constexpr (kMode == 4) {
+    } else if constexpr (kMode == 2) {
 #pragma unroll
       for (int d = 0; d < kPerCommit; ++d)
 #pragma unroll
@@ -274,6 +313,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   stamp(4);
+  if constexpr (kMode == 3) {  // the copies the math did not wait for must land before the CTA goes on
+    mbar_wait(xbar, 0);
+    for (int k = 0; k < kGroups1; ++k) mbar_wait(&bars[k], 0);
+  }
   if constexpr (kSplit) {
     // The CTA's 64 sums into slot `half` of both CTAs of the cluster, then one cluster barrier (release /
     // acquire); both CTAs have started (the arrive after the set-up, the wait here) before any remote store.
@@ -331,6 +374,140 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v.x * sc), "f"(v.y * sc),
                    "f"(v.z * sc), "f"(v.w * sc)
                    : "memory");
+    }
+    __syncthreads();
+    stamp(8);
+    return;
+  }
+  if constexpr (kLL != 0) {
+    const unsigned epoch = static_cast<unsigned>(own_slot >> 32) + 1;
+    if (t < 64)
+      st_relaxed_gpu_u64(llpart + (j * kParts + p) * 64 + t,
+                         (static_cast<unsigned long long>(epoch) << 32) |
+                             __float_as_uint(red[t] + red[64 + t] + red[128 + t] + red[192 + t]));
+    // Lane (c, q) of warpgroup wg polls word q of FC1 column c = 8 w + g of tiles 2 wg and 2 wg + 1 (gate /
+    // up (q / 2) of K half q % 2). The first loads go out now: a load returns only after the CTA's FC2
+    // copies issued before it have landed, and those are what FC2's A fragments below wait for.
+    const unsigned long long* srca = llpart + (j * kParts + 4 * wg + q % 2) * 64 + 16 * w + gq + 8 * (q / 2);
+    const unsigned long long* srcb = srca + 2 * 64;  // FC1 tile 2 wg + 1: CTAs 4 wg + 2, 4 wg + 3
+    auto ready = [&](unsigned long long v) { return static_cast<unsigned>(v >> 32) == epoch; };
+    unsigned long long va = ld_relaxed_gpu_u64(srca), vb = ld_relaxed_gpu_u64(srcb);
+    // A fragments: steps 0-1 of the six tiles' block wg, steps 2-3 of tiles 0 and 1 (64 registers).
+    uint32_t r01[kTilesPerPart][2][4], r23[2][2][4];
+#pragma unroll
+    for (int v = 0; v < kTilesPerPart; ++v) {
+      mbar_wait(&bars[kGroups1 + v], 0);
+      if (v == 3) {  // asked again, later (the FC1 sums of the slower CTAs), still ahead of FC2's last bytes
+        va = ld_relaxed_gpu_u64(srca);
+        vb = ld_relaxed_gpu_u64(srcb);
+      }
+      dequant_steps<0>(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, r01[v]);
+      if (v < 2) dequant_steps<1>(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, r23[v]);
+    }
+    // FC1 tile tt's 32 SwiGLU values into row 0 of B sub-tile wg (columns 32 tt .. 32 tt + 31).
+    const float sg = s1[2 * e] * kAccumulatorScale, su = s1[2 * e + 1] * kAccumulatorScale;
+    stamp(5);
+    while (!ready(va) || (kLL == 3 && !ready(vb))) {  // kLL 3: both tiles before any FC2 step
+      if (!ready(va)) va = ld_relaxed_gpu_u64(srca);
+      if (!ready(vb)) vb = ld_relaxed_gpu_u64(srcb);
+    }
+    auto take_tile = [&](int tt, unsigned long long v) {
+      const int c = 8 * w + gq;
+      const float f = __uint_as_float(static_cast<unsigned>(v));
+      const float pair = f + __shfl_xor_sync(0xffffffffu, f, 1);       // q 0, 1: gate; q 2, 3: up
+      const float other = __shfl_xor_sync(0xffffffffu, pair, 2);
+      if (q == 0) {
+        const float gate = pair * sg, up = other * su;
+        const uint16_t h = f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+        reinterpret_cast<uint16_t*>(as + wg * 1024)[32 * (tt % 2) + c] = h;
+        if (p == 0) act_out[j * kI + 32 * tt + c] = h;
+      }
+      fence_proxy_async_smem();
+      named_barrier_sync(1 + wg, 128);
+    };
+    const uint64_t descb = make_desc_sw128(smem_addr(as)) + static_cast<uint64_t>(wg * (1024 >> 4));
+    float acc2[kTilesPerPart][4];
+#pragma unroll
+    for (int v = 0; v < kTilesPerPart; ++v)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        acc2[v][r] = 0.f;
+        reg_fence(acc2[v][r]);
+      }
+    // FC2's k16 steps 2h, 2h + 1 of the six tiles once FC1 tile 2 wg + h is in B: wgmmas (kLL 1), or (kLL 2)
+    // fp32 FMAs on the CUDA cores with the same bf16 A registers (each lane sums its 16 of the block's 64
+    // K columns, rows R0 and R1 into acc2[v][0] and acc2[v][2]; the quad's lanes are summed after).
+    auto fc2_pair = [&](int h, auto&& regs) {
+      if constexpr (kLL != 2) {
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+#pragma unroll
+          for (int v = 0; v < kTilesPerPart; ++v)
+            WgmmaRS<8>::mma(acc2[v], regs(v)[s], descb + static_cast<uint64_t>(((2 * h + s) * 32) >> 4));
+        wgmma_commit();
+        wgmma_wait<0>();
+      } else {
+        const uint8_t* brow = as + wg * 1024;  // row 0 of the sub-tile: plain bf16 columns
+        float xs4[2][4];
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const uint32_t x0 = *reinterpret_cast<const uint32_t*>(brow + 2 * (16 * (2 * h + s) + 2 * q));
+          const uint32_t x8 = *reinterpret_cast<const uint32_t*>(brow + 2 * (16 * (2 * h + s) + 2 * q + 8));
+          xs4[s][0] = __uint_as_float(x0 << 16), xs4[s][1] = __uint_as_float(x0 & 0xFFFF0000u);
+          xs4[s][2] = __uint_as_float(x8 << 16), xs4[s][3] = __uint_as_float(x8 & 0xFFFF0000u);
+        }
+        auto lo = [](uint32_t x) { return __uint_as_float(x << 16); };
+        auto hi = [](uint32_t x) { return __uint_as_float(x & 0xFFFF0000u); };
+#pragma unroll
+        for (int v = 0; v < kTilesPerPart; ++v)
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            const uint32_t* a = regs(v)[s];
+            acc2[v][0] = fmaf(lo(a[0]), xs4[s][0], acc2[v][0]);
+            acc2[v][0] = fmaf(hi(a[0]), xs4[s][1], acc2[v][0]);
+            acc2[v][0] = fmaf(lo(a[2]), xs4[s][2], acc2[v][0]);
+            acc2[v][0] = fmaf(hi(a[2]), xs4[s][3], acc2[v][0]);
+            acc2[v][2] = fmaf(lo(a[1]), xs4[s][0], acc2[v][2]);
+            acc2[v][2] = fmaf(hi(a[1]), xs4[s][1], acc2[v][2]);
+            acc2[v][2] = fmaf(lo(a[3]), xs4[s][2], acc2[v][2]);
+            acc2[v][2] = fmaf(hi(a[3]), xs4[s][3], acc2[v][2]);
+          }
+      }
+    };
+    take_tile(2 * wg, va);
+    stamp(6);
+    fc2_pair(0, [&](int v) -> uint32_t(&)[2][4] { return r01[v]; });
+#pragma unroll
+    for (int v = 2; v < kTilesPerPart; ++v)  // steps 2-3 of tiles 2..5, where steps 0-1 were
+      dequant_steps<1>(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, r01[v - 2]);
+    while (!ready(vb)) vb = ld_relaxed_gpu_u64(srcb);
+    take_tile(2 * wg + 1, vb);
+    stamp(7);
+    fc2_pair(1, [&](int v) -> uint32_t(&)[2][4] { return v < 2 ? r23[v] : r01[v - 2]; });
+    if constexpr (kLL == 2) {
+#pragma unroll
+      for (int v = 0; v < kTilesPerPart; ++v)
+#pragma unroll
+        for (int r = 0; r < 4; r += 2) {
+          acc2[v][r] += __shfl_xor_sync(0xffffffffu, acc2[v][r], 1);
+          acc2[v][r] += __shfl_xor_sync(0xffffffffu, acc2[v][r], 2);
+        }
+    }
+    __syncthreads();  // every warpgroup is past FC1's blocks, whose space takes the sums
+    float* red2 = reinterpret_cast<float*>(w1);
+    if (q == 0) {
+#pragma unroll
+      for (int u = 0; u < kTilesPerPart; ++u) {
+        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq] = acc2[u][0];
+        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq + 8] = acc2[u][2];
+      }
+    }
+    __syncthreads();
+    if (t < kTilesPerPart * 64) {
+      constexpr int n = kTilesPerPart * 64;
+      const float v = red2[t] + red2[n + t] + red2[2 * n + t] + red2[3 * n + t];
+      y[j * kH + n * p + t] = f32_to_bf16_bits(v * (s2[e] * kAccumulatorScale));
     }
     __syncthreads();
     stamp(8);
@@ -400,24 +577,33 @@ int resident_gemm_stamps() { return kStamps; }
 // fp32; counters: 8, zero once before the first launch; act: 8 x 256 bf16 (FC1's output, for the check);
 // y: 8 x 6144 bf16 (FC2's rows); yacc: 8 x 6144 fp32, zero before each split launch, which adds FC2's rows
 // into it instead of writing y; stamps: null or kStamps x 128 globaltimer values (see the kernel);
-// mode: kMode (0 the real math, 1 and 2 diagnostics); per_commit: kPerCommit (1 or 2); fc2_after: 0 .. 12;
+// llpart: kLL's 8 * 16 * 64 words (value, epoch), zero once before the first launch; mode: kMode (0 the real
+// math, 1 to 4 diagnostics); per_commit: kPerCommit (1 or 2, 2 with mode 0 only); fc2_after: 0 .. 12;
 // lead: 0 .. 11; split: kSplit (mode 0, one block a commit group only; fc2 then in split_fc2_layout's
 // half blocks); clustered: the unsplit kernel launched in clusters of two (placement only); xstage: the
-// token's K half by one bulk copy and a spread in shared memory instead of 48 row copies.
+// token's K half by one bulk copy and a spread in shared memory instead of 48 row copies; ll: kLL (0 to 3;
+// mode 0, one block a commit group, not with split).
 cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* s1, const float* s2,
                                  const int* experts, const void* x, float* partials, unsigned* counters, void* act,
-                                 void* y, float* yacc, unsigned long long* stamps, int mode, int per_commit,
-                                 int fc2_after, int lead, bool split, bool clustered, bool xstage,
-                                 cudaStream_t s) {
-  if (mode < 0 || mode > 2 || (per_commit != 1 && per_commit != 2) || fc2_after < 0 || fc2_after > kGroups1 ||
-      lead < 0 || lead >= kGroups1 || (split && (mode != 0 || per_commit != 1)))
+                                 void* y, float* yacc, unsigned long long* stamps, unsigned long long* llpart,
+                                 int mode, int per_commit, int fc2_after, int lead, bool split, bool clustered,
+                                 bool xstage, int ll, cudaStream_t s) {
+  if (mode < 0 || mode > 4 || (per_commit != 1 && per_commit != 2) || fc2_after < 0 || fc2_after > kGroups1 ||
+      lead < 0 || lead >= kGroups1 || ll < 0 || ll > 3 || ((split || ll != 0) && (mode != 0 || per_commit != 1)) ||
+      (split && ll != 0) || (per_commit == 2 && mode != 0) || (ll != 0 && llpart == nullptr))
     return cudaErrorInvalidValue;
   using Kernel = void (*)(const uint8_t*, const uint8_t*, const float*, const float*, const int*, const uint16_t*,
-                          float*, unsigned*, uint16_t*, uint16_t*, float*, unsigned long long*, int, int, int);
-  const Kernel kernels[3][2] = {{resident_gemm_kernel<0, 1, false>, resident_gemm_kernel<0, 2, false>},
-                                {resident_gemm_kernel<1, 1, false>, resident_gemm_kernel<1, 2, false>},
-                                {resident_gemm_kernel<2, 1, false>, resident_gemm_kernel<2, 2, false>}};
-  const Kernel kernel = split ? resident_gemm_kernel<0, 1, true> : kernels[mode][per_commit - 1];
+                          float*, unsigned*, uint16_t*, uint16_t*, float*, unsigned long long*, unsigned long long*,
+                          int, int, int);
+  const Kernel kernels[5] = {resident_gemm_kernel<0, 1, false, 0>, resident_gemm_kernel<1, 1, false, 0>,
+                             resident_gemm_kernel<2, 1, false, 0>, resident_gemm_kernel<3, 1, false, 0>,
+                             resident_gemm_kernel<4, 1, false, 0>};
+  const Kernel kernel = split             ? resident_gemm_kernel<0, 1, true, 0>
+                        : ll == 1         ? resident_gemm_kernel<0, 1, false, 1>
+                        : ll == 2         ? resident_gemm_kernel<0, 1, false, 2>
+                        : ll == 3         ? resident_gemm_kernel<0, 1, false, 3>
+                        : per_commit == 2 ? resident_gemm_kernel<0, 2, false, 0>
+                                          : kernels[mode];
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t cfg = {};
@@ -442,7 +628,7 @@ cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* 
   }
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint8_t*>(fc1), static_cast<const uint8_t*>(fc2), s1, s2,
                             experts, static_cast<const uint16_t*>(x), partials, counters, static_cast<uint16_t*>(act),
-                            static_cast<uint16_t*>(y), yacc, stamps, fc2_after, lead, xstage ? 1 : 0);
+                            static_cast<uint16_t*>(y), yacc, stamps, llpart, fc2_after, lead, xstage ? 1 : 0);
 }
 
 // FC2's kSm90Interleaved blocks (E experts x 96 tiles x 4 k64 chunks, 2304 bytes each) as the split
@@ -478,10 +664,10 @@ int resident_gemm_max_clusters() {
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   int n = -1;
-  if (cudaFuncSetAttribute(resident_gemm_kernel<0, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) !=
-      cudaSuccess)
+  if (cudaFuncSetAttribute(resident_gemm_kernel<0, 1, true, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSmem) != cudaSuccess)
     return -1;
-  return cudaOccupancyMaxActiveClusters(&n, resident_gemm_kernel<0, 1, true>, &cfg) == cudaSuccess ? n : -1;
+  return cudaOccupancyMaxActiveClusters(&n, resident_gemm_kernel<0, 1, true, 0>, &cfg) == cudaSuccess ? n : -1;
 }
 
 }  // namespace sm90test
