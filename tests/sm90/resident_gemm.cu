@@ -97,6 +97,13 @@ __device__ __forceinline__ void dequant_steps(const uint8_t* block, int tid, uin
   dequant_two_steps(block + 16 * tid + 8 * kH2, block + sm90::kPackCodeBytes + 8 * quad_of(tid) + 4 * kH2, a);
 }
 
+// FC2's B value of one column from FC1's gate and up sums (the accumulators' scale and the tensor scales in
+// sg, su): SwiGLU as reference.h R3 computes it, rounded to bf16.
+__device__ __forceinline__ uint16_t swiglu_bf16(float gsum, float usum, float sg, float su) {
+  const float gate = gsum * sg, up = usum * su;
+  return f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+}
+
 // The flag-in-data publication (kLL): a 64-bit word holds a partial sum's bits and the launch's epoch, so one
 // relaxed store publishes both and a reader that sees the epoch has the value (no fence, no counter).
 __device__ __forceinline__ void st_relaxed_gpu_u64(unsigned long long* p, unsigned long long v) {
@@ -313,6 +320,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   stamp(4);
+  const float sg = s1[2 * e] * kAccumulatorScale, su = s1[2 * e + 1] * kAccumulatorScale;
+  // The unsplit FC2's end: the four warpgroups' sums of each row meet where FC1's blocks were (every
+  // warpgroup is past them), then the CTA's 384 rows go out as bf16.
+  auto store_fc2_rows = [&](const float(&acc2)[kTilesPerPart][4]) {
+    float* red2 = reinterpret_cast<float*>(w1);
+    if (q == 0) {
+#pragma unroll
+      for (int u = 0; u < kTilesPerPart; ++u) {
+        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq] = acc2[u][0];
+        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq + 8] = acc2[u][2];
+      }
+    }
+    __syncthreads();
+    if (t < kTilesPerPart * 64) {
+      constexpr int n = kTilesPerPart * 64;
+      const float v = red2[t] + red2[n + t] + red2[2 * n + t] + red2[3 * n + t];
+      y[j * kH + n * p + t] = f32_to_bf16_bits(v * (s2[e] * kAccumulatorScale));
+    }
+    __syncthreads();
+    stamp(8);
+  };
   if constexpr (kMode == 3) {  // the copies the math did not wait for must land before the CTA goes on
     mbar_wait(xbar, 0);
     for (int k = 0; k < kGroups1; ++k) mbar_wait(&bars[k], 0);
@@ -343,10 +371,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     stamp(5);
     if (t < 32) {  // column 32 tile1 + t: warp slice t / 8, gate row 16 (t / 8) + t % 8, up row + 8
       const int ww = t / 8, ii = t % 8;
-      const float gsum = xch[16 * ww + ii] + xch[64 + 16 * ww + ii];
-      const float usum = xch[16 * ww + 8 + ii] + xch[64 + 16 * ww + 8 + ii];
-      const float gate = gsum * (s1[2 * e] * kAccumulatorScale), up = usum * (s1[2 * e + 1] * kAccumulatorScale);
-      const uint16_t h = f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+      const uint16_t h = swiglu_bf16(xch[16 * ww + ii] + xch[64 + 16 * ww + ii],
+                                     xch[16 * ww + 8 + ii] + xch[64 + 16 * ww + 8 + ii], sg, su);
       reinterpret_cast<uint16_t*>(as)[t] = h;
       if (half == 0) act_out[j * kI + 32 * tile1 + t] = h;
     }
@@ -405,7 +431,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (v < 2) dequant_steps<1>(w2 + (v * kChunks2 + wg) * kPackBlockBytes, tid, r23[v]);
     }
     // FC1 tile tt's 32 SwiGLU values into row 0 of B sub-tile wg (columns 32 tt .. 32 tt + 31).
-    const float sg = s1[2 * e] * kAccumulatorScale, su = s1[2 * e + 1] * kAccumulatorScale;
     stamp(5);
     while (!ready(va) || (kLL == 3 && !ready(vb))) {  // kLL 3: both tiles before any FC2 step
       if (!ready(va)) va = ld_relaxed_gpu_u64(srca);
@@ -417,8 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float pair = f + __shfl_xor_sync(0xffffffffu, f, 1);       // q 0, 1: gate; q 2, 3: up
       const float other = __shfl_xor_sync(0xffffffffu, pair, 2);
       if (q == 0) {
-        const float gate = pair * sg, up = other * su;
-        const uint16_t h = f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+        const uint16_t h = swiglu_bf16(pair, other, sg, su);
         reinterpret_cast<uint16_t*>(as + wg * 1024)[32 * (tt % 2) + c] = h;
         if (p == 0) act_out[j * kI + 32 * tt + c] = h;
       }
@@ -494,23 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc2[v][r] += __shfl_xor_sync(0xffffffffu, acc2[v][r], 2);
         }
     }
-    __syncthreads();  // every warpgroup is past FC1's blocks, whose space takes the sums
-    float* red2 = reinterpret_cast<float*>(w1);
-    if (q == 0) {
-#pragma unroll
-      for (int u = 0; u < kTilesPerPart; ++u) {
-        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq] = acc2[u][0];
-        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq + 8] = acc2[u][2];
-      }
-    }
-    __syncthreads();
-    if (t < kTilesPerPart * 64) {
-      constexpr int n = kTilesPerPart * 64;
-      const float v = red2[t] + red2[n + t] + red2[2 * n + t] + red2[3 * n + t];
-      y[j * kH + n * p + t] = f32_to_bf16_bits(v * (s2[e] * kAccumulatorScale));
-    }
-    __syncthreads();
-    stamp(8);
+    store_fc2_rows(acc2);
     return;
   }
   if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
@@ -533,8 +541,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float* pa = partials + (j * kParts + 2 * tt) * 64;
     const float gsum = __ldcg(pa + 16 * ww + ii) + __ldcg(pa + 64 + 16 * ww + ii);
     const float usum = __ldcg(pa + 16 * ww + 8 + ii) + __ldcg(pa + 64 + 16 * ww + 8 + ii);
-    const float gate = gsum * (s1[2 * e] * kAccumulatorScale), up = usum * (s1[2 * e + 1] * kAccumulatorScale);
-    const uint16_t h = f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
+    const uint16_t h = swiglu_bf16(gsum, usum, sg, su);
     reinterpret_cast<uint16_t*>(as + (t / 64) * 1024)[t % 64] = h;
     if (p == 0) act_out[j * kI + t] = h;
   }
@@ -545,23 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc2[kTilesPerPart][4];
   fc2_wgmmas(acc2, a2, make_desc_sw128(smem_addr(as)) + static_cast<uint64_t>(wg * (1024 >> 4)), load);
   stamp(7);
-  // The four warpgroups' sums of each row meet where FC1's blocks were.
-  float* red2 = reinterpret_cast<float*>(w1);
-  if (q == 0) {
-#pragma unroll
-    for (int u = 0; u < kTilesPerPart; ++u) {
-      red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq] = acc2[u][0];
-      red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq + 8] = acc2[u][2];
-    }
-  }
-  __syncthreads();
-  if (t < kTilesPerPart * 64) {
-    constexpr int n = kTilesPerPart * 64;
-    const float v = red2[t] + red2[n + t] + red2[2 * n + t] + red2[3 * n + t];
-    y[j * kH + n * p + t] = f32_to_bf16_bits(v * (s2[e] * kAccumulatorScale));
-  }
-  __syncthreads();
-  stamp(8);
+  store_fc2_rows(acc2);
 #endif
 }
 
