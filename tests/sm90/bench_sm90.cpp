@@ -25,11 +25,11 @@
 // resident GEMMs with the family's real math (resident_gemm.cu): checked against the CPU reference, then
 // timed the same way, each with a timeline; rows "resident GEMMs[ variant][ xs], C/F/L" (C FC1 blocks a
 // commit group, FC2's copies after F of FC1's 12 groups, FC1's copies L groups ahead or all at once if 0;
-// xs: the token's K half by one copy; variants "clustered" (in clusters of two, placement only) and
-// "split" (the cluster exchange and FC2 split by K), "ll" (the flag-in-data publication and FC2 by FC1
-// tiles, step 64)) and the four diagnostic builds of FC1's loop (no dequantisation, no wgmmas, no waits,
-// no math), which are timed only. --resident --iters 0: the checks alone (e.g. under
-// compute-sanitizer).
+// xs: the token's K half by one copy; variants "clustered" (in clusters of two, placement only), "split"
+// (the cluster exchange and FC2 split by K), "ll" (the flag-in-data publication and FC2 by FC1 tiles,
+// step 64) and "e4m3" (both GEMMs on the e4m3 tile's math, step 65)) and the four diagnostic builds of
+// FC1's loop (no dequantisation, no wgmmas, no waits, no math), which are timed only. --resident --iters
+// 0: the checks alone (e.g. under compute-sanitizer).
 // --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
 // with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
@@ -75,7 +75,7 @@ cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* 
                                  const int* experts, const void* x, float* partials, unsigned* counters, void* act,
                                  void* y, float* yacc, unsigned long long* stamps, unsigned long long* llpart,
                                  int mode, int per_commit, int fc2_after, int lead, bool split, bool clustered,
-                                 bool xstage, int ll, cudaStream_t s);
+                                 bool xstage, int ll, bool e4m3, cudaStream_t s);
 int resident_gemm_stamps();
 int resident_gemm_max_clusters();
 void split_fc2_layout(const uint8_t* packed, uint8_t* out, int experts);
@@ -199,8 +199,11 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
       yacc(pairs * H * 4), llpart(pairs * 16 * 64 * 8);
   SM90_CUDA_OK(cudaMemcpy(c1.get(), w1.canonical.data(), c1.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemcpy(c2.get(), w2.canonical.data(), c2.size(), cudaMemcpyHostToDevice));
+  DeviceBuffer k1e(k1.size()), k2e(k2.size());  // the e4m3 rows' kSm90E4m3 layout
   Status st = sm90::pack_device(p1, c1.get(), k1.get(), s);
   if (st.is_ok()) st = sm90::pack_device(p2, c2.get(), k2.get(), s);
+  if (st.is_ok()) st = sm90::pack_e4m3_device(p1, c1.get(), k1e.get(), s);
+  if (st.is_ok()) st = sm90::pack_e4m3_device(p2, c2.get(), k2e.get(), s);
   if (!st.is_ok()) throw std::runtime_error(st.to_string());
   // FC2 in the split launch's half blocks (resident_gemm.cu, split_fc2_layout), from the device pack's bytes.
   DeviceBuffer k2h(k2.size());
@@ -231,6 +234,7 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
     int mode, per_commit, fc2_after, lead;
     bool split, clustered, xstage;
     int ll;  // 0, 1 (FC2 on wgmma), 2 (FC2 on the CUDA cores), 3 (1, both tiles awaited first)
+    bool e4m3 = false;
   };
   const int clusters = sm90test::resident_gemm_max_clusters();
   fmt::print("resident GEMMs: the device holds {} of the split launch's 2-CTA clusters at once (64 needed)\n",
@@ -246,7 +250,8 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
   for (const Variant vr :
        {Variant{0, 1, 9, 0, false, false, false, 0}, Variant{0, 1, 9, 0, false, false, true, 0},
         Variant{0, 1, 9, 0, false, false, true, 1}, Variant{0, 1, 9, 0, false, false, true, 2},
-        Variant{0, 1, 9, 0, false, false, true, 3}, Variant{0, 1, 9, 4, false, false, true, 0},
+        Variant{0, 1, 9, 0, false, false, true, 3}, Variant{0, 1, 9, 0, false, false, true, 0, true},
+        Variant{0, 1, 6, 0, false, false, true, 0, true}, Variant{0, 1, 9, 4, false, false, true, 0},
         Variant{0, 1, 9, 0, false, true, true, 0}, Variant{0, 1, 9, 0, true, false, true, 0},
         Variant{1, 1, 9, 0, false, false, true, 0}, Variant{2, 1, 9, 0, false, false, true, 0},
         Variant{3, 1, 9, 0, false, false, true, 0}, Variant{4, 1, 9, 0, false, false, true, 0}}) {
@@ -258,17 +263,18 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
     auto launch = [&](cudaStream_t st_, unsigned long long* stamps) {
       if (vr.split) SM90_CUDA_OK(cudaMemsetAsync(yacc.get(), 0, yacc.size(), st_));
       SM90_CUDA_OK(sm90test::launch_resident_gemm(
-          k1.get(), vr.split ? k2h.get() : k2.get(), static_cast<const float*>(ts1.get()),
-          static_cast<const float*>(ts2.get()), static_cast<const int*>(ex.get()), xb.get(),
+          vr.e4m3 ? k1e.get() : k1.get(), vr.split ? k2h.get() : (vr.e4m3 ? k2e.get() : k2.get()),
+          static_cast<const float*>(ts1.get()), static_cast<const float*>(ts2.get()), static_cast<const int*>(ex.get()), xb.get(),
           static_cast<float*>(part.get()), static_cast<unsigned*>(cnt.get()), act.get(), y.get(),
           static_cast<float*>(yacc.get()), stamps, static_cast<unsigned long long*>(llpart.get()), mode,
-          vr.per_commit, vr.fc2_after, vr.lead, vr.split, vr.clustered, vr.xstage, vr.ll, st_));
+          vr.per_commit, vr.fc2_after, vr.lead, vr.split, vr.clustered, vr.xstage, vr.ll, vr.e4m3, st_));
     };
     const char* modes[5] = {"resident GEMMs", "resident, FC1 no dequant", "resident, FC1 no wgmma",
                             "resident, FC1 no waits", "resident, FC1 no math"};
     const char* lls[4] = {"", " ll", " ll cc", " ll both"};
     const std::string name =
-        fmt::format("{}{}{}, {}/{}/{}", modes[mode], vr.split ? " split" : (vr.clustered ? " clustered" : lls[vr.ll]),
+        fmt::format("{}{}{}{}, {}/{}/{}", modes[mode], vr.split ? " split" : (vr.clustered ? " clustered" : lls[vr.ll]),
+                    vr.e4m3 ? " e4m3" : "",
                     vr.xstage ? " xs" : "", vr.per_commit, vr.fc2_after, vr.lead);
     if (mode == 0) {  // the diagnostic modes compute wrong results by design: timed only
       launch(s, nullptr);

@@ -1,4 +1,4 @@
-// The resident-weights design of docs/perf.md's sm90 step 61, with the family's real math (steps 62-64):
+// The resident-weights design of docs/perf.md's sm90 step 61, with the family's real math (steps 62-65):
 // both GEMMs of GLM-5's TP8 shard for one token (8 routed experts, I = 256, H = 6144, 21.2 MB of NVFP4
 // weights) in one launch that reads the kSm90Interleaved layout as the engine packs it. A probe, not a
 // tactic: it serves this one shape, and `bench_sm90 --resident` checks its outputs against the CPU
@@ -28,10 +28,13 @@
 //     its K halves' sums through distributed shared memory, and FC2 is split by K (see the kernel).
 //   - kLL (step 64, no gain): the sums published as 64-bit (value, epoch) words and polled per FC1 tile by
 //     the warpgroup whose FC2 K block needs that tile, FC2's multiply-adds on wgmma or the CUDA cores.
+//   - kE4m3 (step 65, the fastest): both GEMMs on the e4m3 tile's math (kSm90E4m3 layout, e4m3 token
+//     tiles split from the token's row and from the SwiGLU row, m64n8k32 e4m3 wgmmas).
 #include <cooperative_groups.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fp4moe/dtype.h"
 #include "kernels/sm90_wgmma/sm90_consumer.cuh"
@@ -104,6 +107,20 @@ __device__ __forceinline__ uint16_t swiglu_bf16(float gsum, float usum, float sg
   return f32_to_bf16_bits(gate / (1.0f + __expf(-gate)) * up);
 }
 
+// kE4m3: lane pair (2 bi, 2 bi + 1) splits k16 block bi of a bf16 row into an e4m3 token tile at `tile`
+// (sm90_e4m3.h), lane h = T % 2 taking elements 8h .. 8h + 7 (e4m3_split_half; every lane of the warp
+// calls it); the block's exponent goes to exps[bi].
+__device__ __forceinline__ void e4m3_split_block(const uint8_t* row, uint8_t* tile, int* exps, int t) {
+  const int bi = t / 2, kb = bi / 4, jb = bi % 4, h = t % 2;
+  uint2 hi, lo;
+  int eb;
+  sm90::e4m3_split_half(reinterpret_cast<const uint4*>(row)[t], hi, lo, eb);
+  uint8_t* sub = tile + (kb / 2) * 1024 + 8 * h;
+  *reinterpret_cast<uint2*>(sub + sm90::e4m3_token_offset(2 * jb, 64 * (kb % 2) + 16 * jb)) = hi;
+  *reinterpret_cast<uint2*>(sub + sm90::e4m3_token_offset(2 * jb + 1, 64 * (kb % 2) + 16 * jb)) = lo;
+  if (h == 0) exps[bi] = eb;
+}
+
 // The flag-in-data publication (kLL): a 64-bit word holds a partial sum's bits and the launch's epoch, so one
 // relaxed store publishes both and a reader that sees the epoch has the value (no fence, no counter).
 __device__ __forceinline__ void st_relaxed_gpu_u64(unsigned long long* p, unsigned long long v) {
@@ -171,14 +188,18 @@ __device__ __forceinline__ void fc2_wgmmas(float (&acc2)[kV][4], uint32_t (&a2)[
 // 64 wg .. 64 wg + 63) needs only FC1 tiles 2 wg and 2 wg + 1, so it polls those tiles' four CTAs' words
 // itself and issues its k16 steps 0-1 once the first tile is seen, 2-3 once the second is: FC2's math
 // runs while the later tiles are awaited, and only a warpgroup's last 12 wgmmas follow the last tile.
-template <int kMode, int kPerCommit, bool kSplit, int kLL>
+// kE4m3 (step 65): both GEMMs on the e4m3 tile's math (sm90_e4m3.h; weights in the kSm90E4m3 layout, same
+// blocks and copies): the token's K half split into an e4m3 token tile (hi and lo halves of each k16 block
+// in B's eight columns), two m64n8k32 e4m3 wgmmas a k64 chunk into fresh accumulators, the block factors
+// applied by FFMA once they retired; FC2's B tile from the SwiGLU row the same way after the publication.
+template <int kMode, int kPerCommit, bool kSplit, int kLL, bool kE4m3>
 __global__ void __launch_bounds__(kThreads, 1)
     resident_gemm_kernel(const uint8_t* __restrict__ fc1, const uint8_t* __restrict__ fc2,
                          const float* __restrict__ s1, const float* __restrict__ s2, const int* __restrict__ experts,
                          const uint16_t* __restrict__ x, float* __restrict__ partials, unsigned* __restrict__ counters,
                          uint16_t* __restrict__ act_out, uint16_t* __restrict__ y, float* __restrict__ yacc,
                          unsigned long long* __restrict__ stamps, unsigned long long* __restrict__ llpart,
-                         int fc2_after, int lead, int xstage) {
+                         int fc2_after, int lead, int xstage, int zero) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace fp4moe::sm90;
   extern __shared__ uint8_t smem_raw[];
@@ -224,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // The other rows of the B sub-tiles (and all of FC2's) are zero.
   for (int u = t; u < (kXsBytes + kAsBytes) / 16; u += kThreads)
-    if (u % 64 >= 8 || u / 64 >= kHalfChunks) reinterpret_cast<uint4*>(smem)[u] = make_uint4(0, 0, 0, 0);
+    if (kE4m3 || u % 64 >= 8 || u / 64 >= kHalfChunks) reinterpret_cast<uint4*>(smem)[u] = make_uint4(0, 0, 0, 0);
   fence_proxy_async_smem();
   __syncthreads();
   if constexpr (kSplit) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -257,6 +278,67 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   if (fc2_after == 0 && t == 0) issue_fc2();
+  // kE4m3: the FC1 token tile (24 sub-tiles) at xs, then in xs's second half FC1's 192 block exponents,
+  // FC2's 16, and FC2's SwiGLU row as bf16 before its split; FC2's token tile (2 sub-tiles) at as.
+  int* exps1 = reinterpret_cast<int*>(xs + kXsBytes / 2);
+  int* exps2 = exps1 + kHalfChunks * 4;
+  uint16_t* act_row = reinterpret_cast<uint16_t*>(exps2 + kChunks2 * 4);
+  if constexpr (kE4m3) {
+    // Per warpgroup: chunk wg of each FC1 group, two chunks a commit group, two A buffers (the family's
+    // consume_item_e4m3 order: the next group decoded, wait_group 0, the retired group's accumulators
+    // scaled into f0 / f1, the next group issued into them).
+    constexpr int kG = 2;
+    float d[kG][4], f0 = 0.f, f1 = 0.f;
+    uint32_t a[2][kG][8], sc[2][kG];
+    int ex[2][kG];
+    const uint64_t desc0 = make_desc_sw128(smem_addr(xs));
+#pragma unroll
+    for (int g = 0; g < kGroups1 / kG; ++g) {
+      const int b = g & 1;
+#pragma unroll
+      for (int c = 0; c < kG; ++c) {
+        const int k = kG * g + c;
+        mbar_wait(&bars[k], 0);
+        if (t == 0) {
+          if (k == 0) stamp(1);
+          if (k == 5) stamp(2);
+          if (k == kGroups1 - 1) stamp(3);
+          if (k == fc2_after - 1) issue_fc2();
+        }
+        const uint8_t* blk = w1w + k * kGroup1 * kPackBlockBytes;
+        e4m3_decode_chunk(blk, tid, a[b][c]);
+        sc[b][c] = e4m3_quad_scales(blk, tid);
+      }
+      if (g == 0) {  // the token tile: lanes 2 bi, 2 bi + 1 of threads T < 384 split k16 block bi
+        mbar_wait(xbar, 0);
+        if (t < kHalfChunks * 8) e4m3_split_block(smem + kOffXst, xs, exps1, t);
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+#pragma unroll
+      for (int c = 0; c < kG; ++c) ex[b][c] = exps1[4 * (kGroup1 * (kG * g + c) + wg) + q];
+      wgmma_wait<0>();
+      if (g > 0) {
+#pragma unroll
+        for (int c = 0; c < kG; ++c) e4m3_accumulate(d[c], sc[b ^ 1][c], ex[b ^ 1][c], f0, f1);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int c = 0; c < kG; ++c)
+        e4m3_issue_chunk(a[b][c], e4m3_chunk_desc(desc0, kGroup1 * (kG * g + c) + wg), zero, d[c]);
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    constexpr int kLast = (kGroups1 / kG - 1) & 1;  // the last group's buffer
+#pragma unroll
+    for (int c = 0; c < kG; ++c) e4m3_accumulate(d[c], sc[kLast][c], ex[kLast][c], f0, f1);
+    f0 = quad_sum(f0);
+    f1 = quad_sum(f1);
+    if (q == 0) {
+      red[wg * 64 + 16 * w + gq] = f0;
+      red[wg * 64 + 16 * w + gq + 8] = f1;
+    }
+  } else {
   uint32_t a[kBuf][kPerCommit][4][4];
   static_assert(kGroups1 % (kBuf * kPerCommit) == 0, "the buffers tile the blocks");
 #pragma unroll  // straight-line code: a rolled loop has ptxas serialise the wgmmas (C7513)
@@ -318,25 +400,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     red[wg * 64 + 16 * w + gq] = acc[0];
     red[wg * 64 + 16 * w + gq + 8] = acc[2];
   }
+  }
   __syncthreads();
   stamp(4);
-  const float sg = s1[2 * e] * kAccumulatorScale, su = s1[2 * e + 1] * kAccumulatorScale;
-  // The unsplit FC2's end: the four warpgroups' sums of each row meet where FC1's blocks were (every
-  // warpgroup is past them), then the CTA's 384 rows go out as bf16.
-  auto store_fc2_rows = [&](const float(&acc2)[kTilesPerPart][4]) {
+  // The tensor scales with the accumulators' 2^19 (FC1's gate and up, FC2's), read by each path after its
+  // own publication or exchange is under way: a GPU-scope fence waits for the thread's loads, and these
+  // come from a cold L2 (read at FC2's end, s2's round trip took 0.4 us).
+  float sg = 0.f, su = 0.f, s2e = 0.f;
+  auto read_scales = [&] {
+    sg = s1[2 * e] * kAccumulatorScale;
+    su = s1[2 * e + 1] * kAccumulatorScale;
+    s2e = s2[e] * kAccumulatorScale;
+  };
+  // The unsplit FC2's end: the partial sums of each row (acc2[u][0] row R0, acc2[u][2] row R1 of tile u)
+  // meet where FC1's blocks were (every warpgroup is past them), kQ sets a warpgroup (1: the q = 0 lanes
+  // hold the rows' sums; 4: every lane holds its own K slice's, the e4m3 math's k16 block q, summed here
+  // rather than by shuffles), then the CTA's 384 rows go out as bf16.
+  auto store_fc2_rows = [&](auto kq, const float(&acc2)[kTilesPerPart][4]) {
+    constexpr int kQ = decltype(kq)::value;
+    constexpr int n = kTilesPerPart * 64;
     float* red2 = reinterpret_cast<float*>(w1);
-    if (q == 0) {
+    const int slot = kQ == 1 ? wg : kQ * wg + q;
+    if (kQ == 4 || q == 0) {
 #pragma unroll
       for (int u = 0; u < kTilesPerPart; ++u) {
-        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq] = acc2[u][0];
-        red2[(wg * kTilesPerPart + u) * 64 + 16 * w + gq + 8] = acc2[u][2];
+        red2[slot * n + u * 64 + 16 * w + gq] = acc2[u][0];
+        red2[slot * n + u * 64 + 16 * w + gq + 8] = acc2[u][2];
       }
     }
     __syncthreads();
-    if (t < kTilesPerPart * 64) {
-      constexpr int n = kTilesPerPart * 64;
-      const float v = red2[t] + red2[n + t] + red2[2 * n + t] + red2[3 * n + t];
-      y[j * kH + n * p + t] = f32_to_bf16_bits(v * (s2[e] * kAccumulatorScale));
+    if (t < n) {
+      float v = 0.f;
+#pragma unroll
+      for (int i = 0; i < kWgs * kQ; ++i) v += red2[i * n + t];
+      y[j * kH + n * p + t] = f32_to_bf16_bits(v * s2e);
     }
     __syncthreads();
     stamp(8);
@@ -344,6 +441,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kMode == 3) {  // the copies the math did not wait for must land before the CTA goes on
     mbar_wait(xbar, 0);
     for (int k = 0; k < kGroups1; ++k) mbar_wait(&bars[k], 0);
+  }
+  if constexpr (kE4m3) {
+    if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
+    __syncthreads();
+    unsigned target = 0;
+    if (t == 0) target = resident_publish(&counters[j], kParts);
+    read_scales();
+    // FC2's A fragments while the other CTAs publish: chunk wg of the six tiles (48 registers).
+    uint32_t a2[kTilesPerPart][8], sc2[kTilesPerPart];
+#pragma unroll
+    for (int v = 0; v < kTilesPerPart; ++v) {
+      mbar_wait(&bars[kGroups1 + v], 0);
+      const uint8_t* blk = w2 + (v * kChunks2 + wg) * kPackBlockBytes;
+      e4m3_decode_chunk(blk, tid, a2[v]);
+      sc2[v] = e4m3_quad_scales(blk, tid);
+    }
+    if (t == 0) resident_wait(&counters[j], target);
+    __syncthreads();
+    stamp(5);
+    if (t < kI) {  // column t, as the bf16 path reads it, into the bf16 row
+      const int tt = t / 32, ww = (t % 32) / 8, ii = t % 8;
+      const float* pa = partials + (j * kParts + 2 * tt) * 64;
+      const uint16_t h = swiglu_bf16(__ldcg(pa + 16 * ww + ii) + __ldcg(pa + 64 + 16 * ww + ii),
+                                     __ldcg(pa + 16 * ww + 8 + ii) + __ldcg(pa + 64 + 16 * ww + 8 + ii), sg, su);
+      act_row[t] = h;
+      if (p == 0) act_out[j * kI + t] = h;
+    }
+    __syncthreads();
+    if (t < kChunks2 * 8) e4m3_split_block(reinterpret_cast<const uint8_t*>(act_row), as, exps2, t);  // 16 blocks
+    fence_proxy_async_smem();
+    __syncthreads();
+    stamp(6);
+    float d2[kTilesPerPart][4], acc2[kTilesPerPart][4];
+    const uint64_t desc2 = e4m3_chunk_desc(make_desc_sw128(smem_addr(as)), wg);
+    wgmma_fence();
+#pragma unroll
+    for (int v = 0; v < kTilesPerPart; ++v) e4m3_issue_chunk(a2[v], desc2, zero, d2[v]);
+    wgmma_commit();
+    wgmma_wait<0>();
+    __syncthreads();  // the timeline's stamp 7: every warpgroup's FC2 wgmmas retired
+    stamp(7);
+    const int e2 = exps2[4 * wg + q];
+#pragma unroll
+    for (int v = 0; v < kTilesPerPart; ++v) {  // block q's share of rows R0 and R1, summed over q by the store
+      acc2[v][0] = acc2[v][2] = 0.f;
+      e4m3_accumulate(d2[v], sc2[v], e2, acc2[v][0], acc2[v][2]);
+    }
+    store_fc2_rows(std::integral_constant<int, 4>{}, acc2);
+    return;
   }
   if constexpr (kSplit) {
     // The CTA's 64 sums into slot `half` of both CTAs of the cluster, then one cluster barrier (release /
@@ -367,6 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t a2[kPre2][2][4];
 #pragma unroll
     for (int v = 0; v < kPre2; ++v) load(v, a2[v]);
+    read_scales();
     cluster.sync();
     stamp(5);
     if (t < 32) {  // column 32 tile1 + t: warp slice t / 8, gate row 16 (t / 8) + t % 8, up row + 8
@@ -393,12 +540,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncthreads();
-    const float sc = s2[e] * kAccumulatorScale;
     for (int u = t; u < kSplitTiles * 16; u += kThreads) {
       const float4 v = reinterpret_cast<const float4*>(out)[u];
       float* dst = yacc + j * kH + kSplitTiles * 64 * half + 4 * u;
-      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v.x * sc), "f"(v.y * sc),
-                   "f"(v.z * sc), "f"(v.w * sc)
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v.x * s2e), "f"(v.y * s2e),
+                   "f"(v.z * s2e), "f"(v.w * s2e)
                    : "memory");
     }
     __syncthreads();
@@ -411,6 +557,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       st_relaxed_gpu_u64(llpart + (j * kParts + p) * 64 + t,
                          (static_cast<unsigned long long>(epoch) << 32) |
                              __float_as_uint(red[t] + red[64 + t] + red[128 + t] + red[192 + t]));
+    read_scales();
     // Lane (c, q) of warpgroup wg polls word q of FC1 column c = 8 w + g of tiles 2 wg and 2 wg + 1 (gate /
     // up (q / 2) of K half q % 2). The first loads go out now: a load returns only after the CTA's FC2
     // copies issued before it have landed, and those are what FC2's A fragments below wait for.
@@ -518,13 +665,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc2[v][r] += __shfl_xor_sync(0xffffffffu, acc2[v][r], 2);
         }
     }
-    store_fc2_rows(acc2);
+    store_fc2_rows(std::integral_constant<int, 1>{}, acc2);
     return;
   }
   if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
   __syncthreads();
   unsigned target = 0;
   if (t == 0) target = resident_publish(&counters[j], kParts);  // the wait comes after FC2's first dequantisation
+  read_scales();
   // FC2's A fragments while the other CTAs publish: block wg of tiles 0 .. kPre - 1.
   auto load = [&](int v, uint32_t(&a)[4][4]) {
     mbar_wait(&bars[kGroups1 + v], 0);
@@ -552,7 +700,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc2[kTilesPerPart][4];
   fc2_wgmmas(acc2, a2, make_desc_sw128(smem_addr(as)) + static_cast<uint64_t>(wg * (1024 >> 4)), load);
   stamp(7);
-  store_fc2_rows(acc2);
+  store_fc2_rows(std::integral_constant<int, 1>{}, acc2);
 #endif
 }
 
@@ -573,27 +721,30 @@ int resident_gemm_stamps() { return kStamps; }
 // lead: 0 .. 11; split: kSplit (mode 0, one block a commit group only; fc2 then in split_fc2_layout's
 // half blocks); clustered: the unsplit kernel launched in clusters of two (placement only); xstage: the
 // token's K half by one bulk copy and a spread in shared memory instead of 48 row copies; ll: kLL (0 to 3;
-// mode 0, one block a commit group, not with split).
+// mode 0, one block a commit group, not with split); e4m3: kE4m3 (fc1 / fc2 in the kSm90E4m3 layout; mode
+// 0, one block a commit group, xstage, not with split or ll).
 cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* s1, const float* s2,
                                  const int* experts, const void* x, float* partials, unsigned* counters, void* act,
                                  void* y, float* yacc, unsigned long long* stamps, unsigned long long* llpart,
                                  int mode, int per_commit, int fc2_after, int lead, bool split, bool clustered,
-                                 bool xstage, int ll, cudaStream_t s) {
+                                 bool xstage, int ll, bool e4m3, cudaStream_t s) {
   if (mode < 0 || mode > 4 || (per_commit != 1 && per_commit != 2) || fc2_after < 0 || fc2_after > kGroups1 ||
       lead < 0 || lead >= kGroups1 || ll < 0 || ll > 3 || ((split || ll != 0) && (mode != 0 || per_commit != 1)) ||
-      (split && ll != 0) || (per_commit == 2 && mode != 0) || (ll != 0 && llpart == nullptr))
+      (split && ll != 0) || (per_commit == 2 && mode != 0) || (ll != 0 && llpart == nullptr) ||
+      (e4m3 && (mode != 0 || per_commit != 1 || split || ll != 0 || !xstage)))
     return cudaErrorInvalidValue;
   using Kernel = void (*)(const uint8_t*, const uint8_t*, const float*, const float*, const int*, const uint16_t*,
                           float*, unsigned*, uint16_t*, uint16_t*, float*, unsigned long long*, unsigned long long*,
-                          int, int, int);
-  const Kernel kernels[5] = {resident_gemm_kernel<0, 1, false, 0>, resident_gemm_kernel<1, 1, false, 0>,
-                             resident_gemm_kernel<2, 1, false, 0>, resident_gemm_kernel<3, 1, false, 0>,
-                             resident_gemm_kernel<4, 1, false, 0>};
-  const Kernel kernel = split             ? resident_gemm_kernel<0, 1, true, 0>
-                        : ll == 1         ? resident_gemm_kernel<0, 1, false, 1>
-                        : ll == 2         ? resident_gemm_kernel<0, 1, false, 2>
-                        : ll == 3         ? resident_gemm_kernel<0, 1, false, 3>
-                        : per_commit == 2 ? resident_gemm_kernel<0, 2, false, 0>
+                          int, int, int, int);
+  const Kernel kernels[5] = {resident_gemm_kernel<0, 1, false, 0, false>, resident_gemm_kernel<1, 1, false, 0, false>,
+                             resident_gemm_kernel<2, 1, false, 0, false>, resident_gemm_kernel<3, 1, false, 0, false>,
+                             resident_gemm_kernel<4, 1, false, 0, false>};
+  const Kernel kernel = split             ? resident_gemm_kernel<0, 1, true, 0, false>
+                        : ll == 1         ? resident_gemm_kernel<0, 1, false, 1, false>
+                        : ll == 2         ? resident_gemm_kernel<0, 1, false, 2, false>
+                        : ll == 3         ? resident_gemm_kernel<0, 1, false, 3, false>
+                        : e4m3            ? resident_gemm_kernel<0, 1, false, 0, true>
+                        : per_commit == 2 ? resident_gemm_kernel<0, 2, false, 0, false>
                                           : kernels[mode];
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
@@ -619,7 +770,7 @@ cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* 
   }
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint8_t*>(fc1), static_cast<const uint8_t*>(fc2), s1, s2,
                             experts, static_cast<const uint16_t*>(x), partials, counters, static_cast<uint16_t*>(act),
-                            static_cast<uint16_t*>(y), yacc, stamps, llpart, fc2_after, lead, xstage ? 1 : 0);
+                            static_cast<uint16_t*>(y), yacc, stamps, llpart, fc2_after, lead, xstage ? 1 : 0, 0);
 }
 
 // FC2's kSm90Interleaved blocks (E experts x 96 tiles x 4 k64 chunks, 2304 bytes each) as the split
@@ -655,10 +806,10 @@ int resident_gemm_max_clusters() {
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   int n = -1;
-  if (cudaFuncSetAttribute(resident_gemm_kernel<0, 1, true, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (cudaFuncSetAttribute(resident_gemm_kernel<0, 1, true, 0, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            kSmem) != cudaSuccess)
     return -1;
-  return cudaOccupancyMaxActiveClusters(&n, resident_gemm_kernel<0, 1, true, 0>, &cfg) == cudaSuccess ? n : -1;
+  return cudaOccupancyMaxActiveClusters(&n, resident_gemm_kernel<0, 1, true, 0, false>, &cfg) == cudaSuccess ? n : -1;
 }
 
 }  // namespace sm90test
