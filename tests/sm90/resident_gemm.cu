@@ -441,15 +441,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     stamp(8);
   };
+  // The counter publication (the unsplit and e4m3 paths): the CTA's 64 sums to `partials`, then thread 0
+  // raises the pair's counter (publish) and later spins until every CTA of the pair has (await_sums); a
+  // column's SwiGLU value from the pair's published sums (column c: packed tile c / 32, warp slice
+  // (c % 32) / 8, gate row 16 w' + c % 8, up row + 8, both K halves).
+  auto publish = [&] {
+    if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
+    __syncthreads();
+    return t == 0 ? resident_publish(&counters[j], kParts) : 0u;
+  };
+  auto await_sums = [&](unsigned target) {
+    if (t == 0) resident_wait(&counters[j], target);
+    __syncthreads();
+    stamp(5);
+  };
+  auto column_from_partials = [&](int c) {
+    const int tt = c / 32, ww = (c % 32) / 8, ii = c % 8;
+    const float* pa = partials + (j * kParts + 2 * tt) * 64;
+    return swiglu_bf16(__ldcg(pa + 16 * ww + ii) + __ldcg(pa + 64 + 16 * ww + ii),
+                       __ldcg(pa + 16 * ww + 8 + ii) + __ldcg(pa + 64 + 16 * ww + 8 + ii), sg, su);
+  };
   if constexpr (kMode == 3) {  // the copies the math did not wait for must land before the CTA goes on
     mbar_wait(xbar, 0);
     for (int k = 0; k < kGroups1; ++k) mbar_wait(&bars[k], 0);
   }
   if constexpr (kE4m3) {
-    if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
-    __syncthreads();
-    unsigned target = 0;
-    if (t == 0) target = resident_publish(&counters[j], kParts);
+    const unsigned target = publish();
     read_scales();
     // FC2's A fragments while the other CTAs publish: chunk wg of the six tiles (48 registers).
     uint32_t a2[kTilesPerPart][8], sc2[kTilesPerPart];
@@ -460,14 +477,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       e4m3_decode_chunk(blk, tid, a2[v]);
       sc2[v] = e4m3_quad_scales(blk, tid);
     }
-    if (t == 0) resident_wait(&counters[j], target);
-    __syncthreads();
-    stamp(5);
-    if (t < kI) {  // column t, as the bf16 path reads it, into the bf16 row
-      const int tt = t / 32, ww = (t % 32) / 8, ii = t % 8;
-      const float* pa = partials + (j * kParts + 2 * tt) * 64;
-      const uint16_t h = swiglu_bf16(__ldcg(pa + 16 * ww + ii) + __ldcg(pa + 64 + 16 * ww + ii),
-                                     __ldcg(pa + 16 * ww + 8 + ii) + __ldcg(pa + 64 + 16 * ww + 8 + ii), sg, su);
+    await_sums(target);
+    if (t < kI) {  // column t into the bf16 row
+      const uint16_t h = column_from_partials(t);
       act_row[t] = h;
       if (p == 0) act_out[j * kI + t] = h;
     }
@@ -671,10 +683,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     store_fc2_rows(std::integral_constant<int, 1>{}, acc2);
     return;
   }
-  if (t < 64) partials[(j * kParts + p) * 64 + t] = red[t] + red[64 + t] + red[128 + t] + red[192 + t];
-  __syncthreads();
-  unsigned target = 0;
-  if (t == 0) target = resident_publish(&counters[j], kParts);  // the wait comes after FC2's first dequantisation
+  const unsigned target = publish();  // the wait comes after FC2's first dequantisation
   read_scales();
   // FC2's A fragments while the other CTAs publish: block wg of tiles 0 .. kPre - 1.
   auto load = [&](int v, uint32_t(&a)[4][4]) {
@@ -684,15 +693,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t a2[kPre][4][4];
 #pragma unroll
   for (int v = 0; v < kPre; ++v) load(v, a2[v]);
-  if (t == 0) resident_wait(&counters[j], target);
-  __syncthreads();
-  stamp(5);
-  if (t < kI) {  // column t: packed tile t / 32, warp slice (t % 32) / 8, gate row 16 w' + t % 8, up row + 8
-    const int tt = t / 32, ww = (t % 32) / 8, ii = t % 8;
-    const float* pa = partials + (j * kParts + 2 * tt) * 64;
-    const float gsum = __ldcg(pa + 16 * ww + ii) + __ldcg(pa + 64 + 16 * ww + ii);
-    const float usum = __ldcg(pa + 16 * ww + 8 + ii) + __ldcg(pa + 64 + 16 * ww + 8 + ii);
-    const uint16_t h = swiglu_bf16(gsum, usum, sg, su);
+  await_sums(target);
+  if (t < kI) {  // column t into B sub-tile t / 64
+    const uint16_t h = column_from_partials(t);
     reinterpret_cast<uint16_t*>(as + (t / 64) * 1024)[t % 64] = h;
     if (p == 0) act_out[j * kI + t] = h;
   }
