@@ -13,6 +13,7 @@
 // before the read ceiling and before each T the device is left idle 50 ms (docs/perf.md, sm90 step 60).
 //   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50] [--trace FILE]
 //   bench_sm90 --floor [--iters 200]
+//   bench_sm90 --resident [--iters 200] | --resident-cc [--iters 200]
 // --floor: the least a forward replayed from a graph can take to read a decode step's weights, whatever
 // its kernels (docs/perf.md, sm90 step 40): per graph replay, one launch that reads nothing, and
 // launches that only read the routed (and shared) weight bytes of the GLM-5 layer and its TP8 shard at
@@ -30,6 +31,11 @@
 // step 64) and "e4m3" (both GEMMs on the e4m3 tile's math, step 65)) and the four diagnostic builds of
 // FC1's loop (no dequantisation, no wgmmas, no waits, no math), which are timed only. --resident --iters
 // 0: the checks alone (e.g. under compute-sanitizer).
+// --resident-cc: the empty launch and the TP8 shard's plain read, then the GEMMs with no hand-over between
+// CTAs (resident_cc.cu, sm90 step 66): checked against the CPU reference, then timed the same way, each
+// with a timeline; rows "resident cc[ wide][, no memset], F/U" (F: FC2's copies after FC1's chunk F - 1, 0 at
+// the start; U: FC1 chunks a loop step), "stores" and "no math" (timed only). --resident-cc --iters 0: the
+// checks alone.
 // --trace FILE (a build with -DFP4MOE_SM90_TRACE, sm90_trace.cuh): after timing each T, one replay each of
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
 // with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
@@ -53,6 +59,7 @@
 #include "kernels/sm90_wgmma/sm90_pack.h"
 #include "kernels/sm90_wgmma/sm90_trace.cuh"
 #include "kernels/sm90_wgmma/trace_csv.h"
+#include "resident_cc_layout.h"
 #include "sm90_test_util.h"
 
 namespace fp4moe {
@@ -79,6 +86,11 @@ cudaError_t launch_resident_gemm(const void* fc1, const void* fc2, const float* 
 int resident_gemm_stamps();
 int resident_gemm_max_clusters();
 void split_fc2_layout(const uint8_t* packed, uint8_t* out, int experts);
+int resident_cc_stamps();
+size_t resident_cc_bytes(int experts);
+cudaError_t launch_resident_cc(const void* packed, const int* experts, const void* x, const float* s1,
+                               const float* s2, void* act, float* y, unsigned long long* stamps, int mode,
+                               int fc2_after, int unroll, bool wide, cudaStream_t s);
 }
 namespace {
 
@@ -176,6 +188,62 @@ double read_ceiling_tbs(cudaStream_t s, int sms) {
   return bytes / (ms * 1e-3) / 1e12;
 }
 
+// The resident probes' common inputs (TP8 shard, one token): random canonical weights of `pairs` experts,
+// their tensor scales on the device, the experts in a shuffled order (device), one random token (bf16 on the
+// device, its values on the host); and the check of a launch's outputs against the CPU reference.
+struct ResidentInputs {
+  GemmProblem p1, p2;
+  sm90test::RandomWeights w1, w2;
+  std::vector<int> experts;
+  std::vector<float> xf;
+  DeviceBuffer ts1, ts2, ex, xb;
+  ResidentInputs(int pairs, int64_t H, int64_t I, std::mt19937& rng)
+      : p1(problem(GemmOp::kFc1SwiGlu, pairs, I, H)), p2(problem(GemmOp::kFc2, pairs, H, I)),
+        w1(sm90test::random_weights(p1, rng)), w2(sm90test::random_weights(p2, rng)), experts(pairs), xf(H),
+        ts1(w1.tensor_scales.size() * 4), ts2(w2.tensor_scales.size() * 4), ex(pairs * 4), xb(H * 2) {
+    SM90_CUDA_OK(cudaMemcpy(ts1.get(), w1.tensor_scales.data(), ts1.size(), cudaMemcpyHostToDevice));
+    SM90_CUDA_OK(cudaMemcpy(ts2.get(), w2.tensor_scales.data(), ts2.size(), cudaMemcpyHostToDevice));
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    SM90_CUDA_OK(cudaMemcpy(ex.get(), experts.data(), ex.size(), cudaMemcpyHostToDevice));
+    std::vector<uint16_t> xh(H);
+    std::uniform_real_distribution<float> ux(-1.f, 1.f);
+    for (int64_t k = 0; k < H; ++k) {
+      xh[k] = f32_to_bf16_bits(ux(rng));
+      xf[k] = bf16_bits_to_f32(xh[k]);
+    }
+    SM90_CUDA_OK(cudaMemcpy(xb.get(), xh.data(), xb.size(), cudaMemcpyHostToDevice));
+  }
+  const float* s1() const { return static_cast<const float*>(ts1.get()); }
+  const float* s2() const { return static_cast<const float*>(ts2.get()); }
+  const int* expert_ids() const { return static_cast<const int*>(ex.get()); }
+  // FC1's bf16 rows `act` [pairs][I] and FC2's rows `y` [pairs][H] against the CPU reference (relative L2
+  // error of the worst pair <= 5e-3 for FC1, <= 1e-2 for FC2 after FC1); prints the result under `name`.
+  bool check(const std::string& name, const std::vector<uint16_t>& act, const std::vector<float>& y) const {
+    const int64_t H = p1.k, I = p1.n;
+    double worst_a = 0, worst_y = 0;
+    for (size_t j = 0; j < experts.size(); ++j) {
+      std::vector<float> ra(I), ry(H), ga(I);
+      sm90test::reference_row(p1, w1, experts[j], xf.data(), ra.data());
+      sm90test::reference_row(p2, w2, experts[j], ra.data(), ry.data());
+      for (int64_t i = 0; i < I; ++i) ga[i] = bf16_bits_to_f32(act[j * I + i]);
+      worst_a = std::max(worst_a, relative_l2_error(ga.data(), ra.data(), I));
+      worst_y = std::max(worst_y, relative_l2_error(y.data() + j * H, ry.data(), H));
+    }
+    const bool ok = worst_a <= 5e-3 && worst_y <= 1e-2;
+    fmt::print("{}: check against the CPU reference, worst pair's relative L2 error FC1 {:.2e} (<= 5e-3), FC2 "
+               "{:.2e} (<= 1e-2): {}\n", name, worst_a, worst_y, ok ? "pass" : "FAIL");
+    return ok;
+  }
+
+ private:
+  static GemmProblem problem(GemmOp op, int pairs, int64_t n, int64_t k) {
+    GemmProblem p;
+    p.op = op, p.num_experts = pairs, p.n = n, p.k = k, p.total_rows = p.max_rows_per_expert = pairs;
+    return p;
+  }
+};
+
 // The resident-weights GEMMs with their real math (resident_gemm.cu, docs/perf.md sm90 step 62): random
 // canonical weights for 8 experts packed by the family's device pack, one random token, the 8 experts in a
 // shuffled order; FC1's output and FC2's rows checked against the CPU reference (outputs poisoned first;
@@ -186,16 +254,12 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
                       double graph_empty, double cold_empty, double copy_tbs) {
   const int pairs = sm90test::resident_gemm_pairs();
   const int64_t H = sm90test::resident_gemm_hidden(), I = sm90test::resident_gemm_inter();
-  GemmProblem p1, p2;
-  p1.op = GemmOp::kFc1SwiGlu;
-  p1.num_experts = pairs, p1.n = I, p1.k = H, p1.total_rows = p1.max_rows_per_expert = pairs;
-  p2 = p1;
-  p2.op = GemmOp::kFc2, p2.n = H, p2.k = I;
   std::mt19937 rng(20261204);
-  const sm90test::RandomWeights w1 = sm90test::random_weights(p1, rng), w2 = sm90test::random_weights(p2, rng);
+  const ResidentInputs in(pairs, H, I, rng);
+  const GemmProblem &p1 = in.p1, &p2 = in.p2;
+  const sm90test::RandomWeights &w1 = in.w1, &w2 = in.w2;
   DeviceBuffer c1(w1.canonical.size()), c2(w2.canonical.size()), k1(sm90::packed_bytes(p1)),
-      k2(sm90::packed_bytes(p2)), ts1(w1.tensor_scales.size() * 4), ts2(w2.tensor_scales.size() * 4),
-      ex(pairs * 4), xb(H * 2), part(pairs * 16 * 64 * 4), cnt(pairs * 4), act(pairs * I * 2), y(pairs * H * 2),
+      k2(sm90::packed_bytes(p2)), part(pairs * 16 * 64 * 4), cnt(pairs * 4), act(pairs * I * 2), y(pairs * H * 2),
       yacc(pairs * H * 4), llpart(pairs * 16 * 64 * 8);
   SM90_CUDA_OK(cudaMemcpy(c1.get(), w1.canonical.data(), c1.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemcpy(c2.get(), w2.canonical.data(), c2.size(), cudaMemcpyHostToDevice));
@@ -214,20 +278,6 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
     sm90test::split_fc2_layout(packed.data(), split.data(), pairs);
     SM90_CUDA_OK(cudaMemcpy(k2h.get(), split.data(), k2h.size(), cudaMemcpyHostToDevice));
   }
-  SM90_CUDA_OK(cudaMemcpy(ts1.get(), w1.tensor_scales.data(), ts1.size(), cudaMemcpyHostToDevice));
-  SM90_CUDA_OK(cudaMemcpy(ts2.get(), w2.tensor_scales.data(), ts2.size(), cudaMemcpyHostToDevice));
-  std::vector<int> experts(pairs);
-  std::iota(experts.begin(), experts.end(), 0);
-  std::shuffle(experts.begin(), experts.end(), rng);
-  SM90_CUDA_OK(cudaMemcpy(ex.get(), experts.data(), ex.size(), cudaMemcpyHostToDevice));
-  std::vector<uint16_t> xh(H);
-  std::vector<float> xf(H);
-  std::uniform_real_distribution<float> ux(-1.f, 1.f);
-  for (int64_t k = 0; k < H; ++k) {
-    xh[k] = f32_to_bf16_bits(ux(rng));
-    xf[k] = bf16_bits_to_f32(xh[k]);
-  }
-  SM90_CUDA_OK(cudaMemcpy(xb.get(), xh.data(), xb.size(), cudaMemcpyHostToDevice));
   SM90_CUDA_OK(cudaMemset(cnt.get(), 0, cnt.size()));
   SM90_CUDA_OK(cudaMemset(llpart.get(), 0, llpart.size()));
   struct Variant {
@@ -264,7 +314,7 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
       if (vr.split) SM90_CUDA_OK(cudaMemsetAsync(yacc.get(), 0, yacc.size(), st_));
       SM90_CUDA_OK(sm90test::launch_resident_gemm(
           vr.e4m3 ? k1e.get() : k1.get(), vr.split ? k2h.get() : (vr.e4m3 ? k2e.get() : k2.get()),
-          static_cast<const float*>(ts1.get()), static_cast<const float*>(ts2.get()), static_cast<const int*>(ex.get()), xb.get(),
+          in.s1(), in.s2(), in.expert_ids(), in.xb.get(),
           static_cast<float*>(part.get()), static_cast<unsigned*>(cnt.get()), act.get(), y.get(),
           static_cast<float*>(yacc.get()), stamps, static_cast<unsigned long long*>(llpart.get()), mode,
           vr.per_commit, vr.fc2_after, vr.lead, vr.split, vr.clustered, vr.xstage, vr.ll, vr.e4m3, st_));
@@ -284,20 +334,9 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
       SM90_CUDA_OK(cudaMemcpy(got_a.data(), act.get(), act.size(), cudaMemcpyDeviceToHost));
       SM90_CUDA_OK(cudaMemcpy(got_y.data(), y.get(), y.size(), cudaMemcpyDeviceToHost));
       SM90_CUDA_OK(cudaMemcpy(got_acc.data(), yacc.get(), yacc.size(), cudaMemcpyDeviceToHost));
-      double worst_a = 0, worst_y = 0;
-      for (int j = 0; j < pairs; ++j) {
-        std::vector<float> ra(I), ry(H), ga(I), gy(H);
-        sm90test::reference_row(p1, w1, experts[j], xf.data(), ra.data());
-        sm90test::reference_row(p2, w2, experts[j], ra.data(), ry.data());
-        for (int64_t i = 0; i < I; ++i) ga[i] = bf16_bits_to_f32(got_a[j * I + i]);
-        for (int64_t i = 0; i < H; ++i) gy[i] = vr.split ? got_acc[j * H + i] : bf16_bits_to_f32(got_y[j * H + i]);
-        worst_a = std::max(worst_a, relative_l2_error(ga.data(), ra.data(), I));
-        worst_y = std::max(worst_y, relative_l2_error(gy.data(), ry.data(), H));
-      }
-      const bool ok = worst_a <= 5e-3 && worst_y <= 1e-2;
-      fmt::print("{}: check against the CPU reference, worst pair's relative L2 error FC1 {:.2e} (<= 5e-3), FC2 "
-                 "{:.2e} (<= 1e-2): {}\n", name, worst_a, worst_y, ok ? "pass" : "FAIL");
-      if (!ok) return 1;
+      if (!vr.split)
+        for (int64_t i = 0; i < pairs * H; ++i) got_acc[i] = bf16_bits_to_f32(got_y[i]);
+      if (!in.check(name, got_a, got_acc)) return 1;
     }
     if (iters == 0) continue;  // the checks alone (e.g. under compute-sanitizer)
     auto plain = [&](cudaStream_t st_) { launch(st_, nullptr); };
@@ -327,6 +366,81 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
   return 0;
 }
 
+// The TP8 shard's GEMMs at T = 1 with no hand-over between CTAs (resident_cc.cu, docs/perf.md sm90 step 66):
+// random canonical weights for 8 experts in the probe's layout, one random token, the 8 experts in a
+// shuffled order; FC1's output and FC2's rows (fp32, summed by red.add over the pair's 16 CTAs) checked
+// against the CPU reference (outputs poisoned first; relative L2 error <= 5e-3 for FC1, <= 1e-2 for FC2),
+// then timed as the floor's rows are, with y's memset in each replay and in the baseline, and one cold
+// launch's timeline. Rows "resident cc[ variant], F" (F: FC2's copies after FC1's chunk F - 1 has landed,
+// 0 at the start). Returns 1 when the check fails.
+template <class ColdUs, class Median3, class Timeline, class Empty>
+int run_resident_cc(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3, Timeline timeline, Empty empty,
+                    double graph_empty, double cold_empty, double copy_tbs) {
+  const int pairs = 8;
+  const int64_t H = kH, I = 256;
+  std::mt19937 rng(20261205);
+  const ResidentInputs in(pairs, H, I, rng);
+  std::vector<uint8_t> packed(sm90test::resident_cc_bytes(pairs));
+  if (packed.size() != static_cast<size_t>(pairs * (I / sm90test::kCcCols) * sm90test::cc_part_bytes(H)))
+    throw std::runtime_error("bench_sm90: the resident cc kernel and resident_cc_layout.h count different bytes");
+  sm90test::pack_cc_layout(in.w1.canonical.data(), in.w2.canonical.data(), pairs, H, I, packed.data());
+  DeviceBuffer k(packed.size()), act(pairs * I * 2), y(pairs * H * 4);
+  SM90_CUDA_OK(cudaMemcpy(k.get(), packed.data(), k.size(), cudaMemcpyHostToDevice));
+  double cold_memset = 0;
+  if (iters > 0)
+    cold_memset = cold_us([&](cudaStream_t st_) {
+      SM90_CUDA_OK(cudaMemsetAsync(y.get(), 0, y.size(), st_));
+      empty(st_);
+    });
+  struct Variant {
+    int mode, fc2_after, unroll;
+    bool memset;  // false: y is not zeroed in the replay (timed only; its baseline is the empty launch)
+    bool wide = false;
+  };
+  const char* modes[3] = {"resident cc", "resident cc, stores", "resident cc, no math"};
+  for (const Variant vr : {Variant{0, 0, 1, true}, Variant{0, 0, 2, true}, Variant{0, 0, 2, false},
+                           Variant{0, 0, 1, true, true}, Variant{0, 0, 2, true, true}, Variant{0, 0, 2, false, true},
+                           Variant{0, 9, 2, true}, Variant{1, 0, 2, true}, Variant{2, 0, 2, true},
+                           Variant{2, 0, 2, false}}) {
+    if (iters == 0 && !vr.memset) continue;
+    auto launch = [&](cudaStream_t st_, unsigned long long* stamps) {
+      if (vr.memset) SM90_CUDA_OK(cudaMemsetAsync(y.get(), 0, y.size(), st_));
+      SM90_CUDA_OK(sm90test::launch_resident_cc(k.get(), in.expert_ids(), in.xb.get(), in.s1(), in.s2(), act.get(),
+                                                static_cast<float*>(y.get()), stamps, vr.mode, vr.fc2_after,
+                                                vr.unroll, vr.wide, st_));
+    };
+    const std::string name =
+        fmt::format("{}{}{}, {}/{}", modes[vr.mode], vr.wide ? " wide" : "", vr.memset ? "" : ", no memset",
+                    vr.fc2_after, vr.unroll);
+    if (vr.mode == 0 && vr.memset) {  // the diagnostic modes compute wrong results by design: timed only
+      SM90_CUDA_OK(cudaMemset(act.get(), 0xFF, act.size()));
+      SM90_CUDA_OK(cudaMemset(y.get(), 0xFF, y.size()));
+      launch(s, nullptr);
+      SM90_CUDA_OK(cudaStreamSynchronize(s));
+      std::vector<uint16_t> got_a(pairs * I);
+      std::vector<float> got_y(pairs * H);
+      SM90_CUDA_OK(cudaMemcpy(got_a.data(), act.get(), act.size(), cudaMemcpyDeviceToHost));
+      SM90_CUDA_OK(cudaMemcpy(got_y.data(), y.get(), y.size(), cudaMemcpyDeviceToHost));
+      if (!in.check(name, got_a, got_y)) return 1;
+    }
+    if (iters == 0) continue;  // the checks alone (e.g. under compute-sanitizer)
+    auto plain = [&](cudaStream_t st_) { launch(st_, nullptr); };
+    const double bytes = double(k.size());
+    const double warm = median3([&] { return time_graph(plain, iters, s) * 1e3; });
+    const double cold = cold_us(plain);
+    const double floor_us = graph_empty + (cold - (vr.memset ? cold_memset : cold_empty));
+    fmt::print("{:<32} {:>9.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>11.0f}%\n", name, bytes / 1e6, warm, cold,
+               bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
+    const std::vector<const char*> names = {"entry",           "token ready",     "FC1 chunk 0 seen",
+                                            "FC1 chunk 11 seen", "FC1 summed",     "FC2 chunk 0 seen",
+                                            "FC2 chunk 5 seen",  "end"};
+    if (static_cast<int>(names.size()) != sm90test::resident_cc_stamps())
+      throw std::runtime_error("bench_sm90: the resident cc timeline has a different number of stamps");
+    timeline([&](unsigned long long* stamps) { launch(s, stamps); }, names);
+  }
+  return 0;
+}
+
 // --floor (see the header). Cold: the graph [512 MB read, probe] minus the graph [512 MB read], so the
 // probe's bytes come from HBM and its launch follows another one, as a forward's second kernel does.
 // Floor of a one-graph forward that reads B bytes: a replay of a graph holding one empty launch plus
@@ -334,9 +448,10 @@ int run_resident_gemm(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3
 // floor: no kernel reading those bytes in its own graph can reach a higher share of the ceiling. The
 // ceiling is the Hopper issue's device-copy figure for the H200, 4.16 TB/s (the torch peer's copy, which
 // the engine's benchmark measures, agrees within 1%; cudaMemcpy here measures less, see the header).
-int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
+int run_floor(int iters, cudaStream_t s, int sms, bool resident_only, bool cc_only) {
   if (resident_only && iters == 0) {
     auto none = [](auto&&...) { return 0.0; };
+    if (cc_only) return run_resident_cc(0, s, none, none, none, none, 0.0, 0.0, 0.0);
     return run_resident_gemm(0, s, none, none, none, none, 0.0, 0.0, 0.0);
   }
   constexpr double copy_tbs = 4.16;
@@ -442,7 +557,7 @@ int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
                            Variant{true, true, 0}, Variant{false, true, 0}}) {
     const bool math = vr.math, cluster = vr.cluster;
     if (cluster && clusters < 8) continue;
-    if (resident_only && (cluster || vr.fc2_after != 9)) continue;
+    if (resident_only && (cluster || vr.fc2_after != 9 || cc_only)) continue;
     auto skeleton = [&](cudaStream_t st, unsigned long long* stamps) {
       SM90_CUDA_OK(sm90test::launch_resident_skeleton(r1.get(), r2.get(), rx.get(), ract.get(),
                                                       static_cast<unsigned*>(rcnt.get()), ry.get(), stamps, math,
@@ -461,6 +576,9 @@ int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
                bytes / (cold * 1e-6) / 1e12, floor_us, 100 * bytes / (copy_tbs * 1e12) * 1e6 / floor_us);
     timeline([&](unsigned long long* st) { skeleton(s, st); }, {"entry", "FC1 summed", "publication seen", "end"});
   }
+  if (cc_only)
+    return run_resident_cc(iters, s, cold_us, median3, timeline, [&](cudaStream_t st) { read(st, 0.0); }, graph_empty,
+                           cold_empty, copy_tbs);
   if (run_resident_gemm(iters, s, cold_us, median3, timeline, [&](cudaStream_t st) { read(st, 0.0); }, graph_empty,
                         cold_empty, copy_tbs) != 0)
     return 1;
@@ -488,7 +606,7 @@ int run_floor(int iters, cudaStream_t s, int sms, bool resident_only) {
 }
 
 int run(int argc, char** argv) {
-  bool tp8 = false, ceiling = true, floor_mode = false, resident_only = false;
+  bool tp8 = false, ceiling = true, floor_mode = false, resident_only = false, cc_only = false;
   std::string only;  // --tactic NAME: time this tactic alone (e.g. under a profiler)
   std::string trace_path;  // --trace FILE
   int iters = 50;
@@ -498,6 +616,7 @@ int run(int argc, char** argv) {
     if (a == "--tp8") tp8 = true;
     else if (a == "--floor") floor_mode = true;
     else if (a == "--resident") floor_mode = resident_only = true;
+    else if (a == "--resident-cc") floor_mode = resident_only = cc_only = true;
     else if (a == "--no-ceiling") ceiling = false;
     else if (a == "--tactic" && i + 1 < argc) only = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
@@ -513,7 +632,7 @@ int run(int argc, char** argv) {
       }
     } else {
       fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--tactic NAME] [--no-ceiling] "
-                 "[--trace FILE] | --floor [--iters N] | --resident [--iters N]\n");
+                 "[--trace FILE] | --floor [--iters N] | --resident [--iters N] | --resident-cc [--iters N]\n");
       return 2;
     }
   }
@@ -536,7 +655,7 @@ int run(int argc, char** argv) {
   fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s (cudaMemcpy D2D, read+write), read ceiling {:.2f} TB/s "
              "(16-byte loads), shape H={} I={} E={} top-{}\n",
              prop.name, prop.multiProcessorCount, copy_tbs, read_tbs, kH, I, kE, kTopk);
-  if (floor_mode) return run_floor(iters, s, prop.multiProcessorCount, resident_only);
+  if (floor_mode) return run_floor(iters, s, prop.multiProcessorCount, resident_only, cc_only);
 
   std::vector<std::unique_ptr<GroupedGemmTactic>> tactics;
   append_sm90_tactics(tactics);

@@ -1,0 +1,364 @@
+// sm90 step 66 (docs/perf.md): the TP8 shard's two GEMMs for one token with no hand-over between CTAs.
+// A probe, not a tactic: it serves GLM-5's TP8 shard at T = 1 (8 routed pairs, I = 256, H = 6144) and
+// `bench_sm90 --resident-cc` checks its outputs against the CPU reference before timing them.
+//
+// Steps 61-65 cut FC1 by K (two CTAs an FC1 tile, wgmma's M = 64 rows), so FC2 had to wait for a
+// publication of every FC1 sum of the pair: the bound they measured is the publication plus FC2's math
+// after it. Here CTA (j, p) of pair j owns SwiGLU columns [16p, 16p + 16) of its expert whole: the 16 gate
+// rows and 16 up rows over all of K = 6144 (FC1), then FC2's K slice of the same 16 columns for all 6144
+// output rows (a partial product it adds into y with red.global.add.v2.f32; y is zeroed before the launch).
+// No CTA waits for another. One token on n8 wgmmas wastes 7/8 of the tensor core (steps 62-65: 35-43 SM
+// clocks an m64n8k16), so the math runs on the CUDA cores as f16x2 FMAs:
+//   - codes decode to f16x2 pairs with 9 operations a word of 8 (resident_cc_layout.h: each half is the
+//     code's e2m1 value times 2^-14, exactly, as an e5m2 byte in the half's high byte);
+//   - the token (FC1) and the SwiGLU row (FC2) are scaled by a power of two into [2^13, 2^14) at their
+//     largest and stored as f16; a k16 block's 16 products sum in f16x2 (at most 96 in magnitude), are
+//     multiplied by the block's e4m3 scale in f16 (at most 43,008 < 65,504) and added in fp32.
+// 128 CTAs of 512 threads (1024 in the wide build), 16 a pair; every bulk copy is issued at the start (the
+// token first), one mbarrier per 9,216-byte chunk, 190,808 bytes of shared memory:
+//   FC1: 12 chunks of K 512; warp w takes SwiGLU column 16p + w (its gate and up rows), lane l the chunk's
+//        k16 block l.
+//   FC2: 6 chunks of 1024 output rows; thread t takes rows 2t and 2t + 1 of the chunk over the CTA's k16
+//        block.
+//   The bytes of each chunk and the decode: resident_cc_layout.h.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/sm90_wgmma/sm90_ptx.cuh"
+#include "resident_cc_layout.h"
+#include "resident_common.cuh"
+
+namespace fp4moe {
+namespace sm90test {
+
+namespace {
+
+using namespace sm90;
+constexpr int kPairs = 8, kH = 6144, kI = 256, kCols = 16, kParts = kI / kCols;  // 16 CTAs a pair
+constexpr int kWarps = 16, kThreads = 32 * kWarps;
+constexpr int kChunkBytes = kCcChunkBytes, kCodeBytes = kCcCodeBytes;
+constexpr int kChunks1 = kH / 512;                  // FC1: 12 chunks of K 512 (32 k16 blocks, one a lane)
+constexpr int kRows2 = 2 * kThreads;                // FC2: 1024 output rows a chunk, two a thread
+constexpr int kChunks2 = kH / kRows2;               // 6
+constexpr int kChunks = kChunks1 + kChunks2;        // 18
+constexpr int kPartBytes = kChunks * kChunkBytes;   // 165,888 bytes a CTA
+constexpr int kXBytes = kH * 2;                     // the token, bf16
+constexpr int kXBlocks = kH / 16;                   // 384 k16 blocks
+// Shared memory: the bf16 token, its f16 copy (block kb's k 0..7 at 16 kb, its k 8..15 at 6144 + 16 kb, so
+// that a warp's 32 lanes read 512 contiguous bytes), the chunks, the barriers (18 chunks, the token), and
+// 48 floats for the CTA's reductions.
+constexpr int kXhOffset = kXBytes;
+constexpr int kChunkOffset = kXhOffset + kXBytes;
+constexpr int kBarOffset = kChunkOffset + kPartBytes;
+constexpr int kRedOffset = kBarOffset + (kChunks + 1) * 8;
+constexpr int kSmem = kRedOffset + 48 * 4;  // [0, 32): per-warp values; [32, 48): the SwiGLU row
+constexpr int kStamps = 8;
+static_assert(kChunks1 * kCcChunkK == kH && kRows2 == kCcChunkRows && kChunks2 * kRows2 == kH && kWarps == kCols &&
+                  kCols == kCcCols,
+              "the probe's shape");
+static_assert(kXBlocks <= kThreads, "one token block a thread");
+static_assert(kChunks1 % 2 == 0, "FC1's loop takes one or two chunks a step");
+static_assert(kSmem <= 227 * 1024, "shared memory of one H200 CTA");
+
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(static_cast<uint16_t>(two_bytes)));
+  return d;
+}
+__device__ __forceinline__ float2 f16x2_to_f32(uint32_t h) {
+  float2 f;
+  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(h));
+  return f;
+}
+__device__ __forceinline__ uint32_t f32x2_to_f16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ uint2 ld_shared_u2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_shared_u8(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float bf16_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }
+// 2^e as an fp32, e in [-126, 127].
+__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(static_cast<uint32_t>(127 + e) << 23); }
+// The power-of-two exponent that puts a largest magnitude m into [2^13, 2^14) (0 for m = 0), clamped so that
+// the scale and its inverse times 2^14 stay normal fp32.
+__device__ __forceinline__ int cc_prescale(float m) {
+  if (!(m > 0.f)) return 0;
+  const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xFF) - 127;
+  const int s = 13 - e;
+  return s < -100 ? -100 : (s > 100 ? 100 : s);
+}
+
+// acc += the 8 codes of word w times x[0..3] (f16x2, k0 k1 .. k6 k7).
+__device__ __forceinline__ uint32_t cc_decode_fma(uint32_t w, uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
+                                                  uint32_t acc) {
+  uint32_t h[4];
+  cc_decode_word(w, h);
+  acc = hfma2(h[0], x0, acc);
+  acc = hfma2(h[1], x1, acc);
+  acc = hfma2(h[2], x2, acc);
+  return hfma2(h[3], x3, acc);
+}
+// Two rows' block sums (f16x2 accumulators a, b: each half a partial sum) -> (sum a, sum b) as f16x2.
+__device__ __forceinline__ uint32_t cc_pair_sum(uint32_t a, uint32_t b) {
+  return hadd2(__byte_perm(a, b, 0x5410), __byte_perm(a, b, 0x7632));
+}
+// One row's block sum times its e4m3 scale (one byte), in fp32.
+__device__ __forceinline__ float cc_row_sum(uint32_t a, uint32_t scale_byte) {
+  return f16x2_to_f32(hmul2(hadd2(a, __byte_perm(a, a, 0x1032)), e4m3x2_to_f16x2(scale_byte))).x;
+}
+
+// kMode 0: the probe. 1: FC2's partial rows by plain stores instead of red.add (timed only: the atomics'
+// cost). 2: no math (the waits and copies alone; timed only). kU: FC1 chunks a loop step (1 or 2: two
+// independent chains a thread, half the loop's overhead). kWide: 1024 threads, one row a thread (FC1: warp w
+// the gate (w < 16) or up row of column w % 16; FC2: one output row), twice the warps to hide latency.
+template <int kMode, int kU, bool kWide>
+__global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
+    resident_cc_kernel(const uint8_t* __restrict__ packed, const int* __restrict__ experts,
+                       const uint16_t* __restrict__ x, const float* __restrict__ s1, const float* __restrict__ s2,
+                       uint16_t* __restrict__ act, float* __restrict__ y, unsigned long long* stamps, int fc2_after) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kBarOffset);
+  float* red = reinterpret_cast<float*>(smem + kRedOffset);
+  constexpr int kNW = kWide ? 2 * kWarps : kWarps;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int j = blockIdx.x / kParts, p = blockIdx.x % kParts;
+  unsigned long long* st = stamps != nullptr ? stamps + blockIdx.x * kStamps : nullptr;
+  resident_stamp(st, 0);
+  const int e = experts[j];
+  // The tensor scales now: read where they are used, each would be a round trip to a cold L2 on the path.
+  const float sg = s1[2 * e], su = s1[2 * e + 1], s2e = s2[e];
+  const uint8_t* src = packed + (static_cast<size_t>(e) * kParts + p) * kPartBytes;
+  uint8_t* chunks = smem + kChunkOffset;
+  auto issue = [&](int c0, int c1, uint64_t policy) {
+    for (int c = c0; c < c1; ++c) {
+      mbar_arrive_expect_tx(&bars[c], kChunkBytes);
+      bulk_copy_g2s(chunks + c * kChunkBytes, src + static_cast<size_t>(c) * kChunkBytes, kChunkBytes, &bars[c],
+                    policy);
+    }
+  };
+  if (tid == 0) {
+    for (int c = 0; c <= kChunks; ++c) mbar_init(&bars[c], 1);
+    fence_barrier_init();
+    mbar_arrive_expect_tx(&bars[kChunks], kXBytes);
+    bulk_copy_g2s(smem, x, kXBytes, &bars[kChunks], policy_evict_normal());
+    issue(0, fc2_after > 0 ? kChunks1 : kChunks, policy_evict_first());
+  }
+  __syncthreads();
+  // The token: the largest magnitude, then the f16 copy times 2^ex (thread tid converts block tid).
+  mbar_wait(&bars[kChunks], 0);
+  uint4 xb0 = make_uint4(0, 0, 0, 0), xb1 = xb0;
+  float m = 0.f;
+  if (tid < kXBlocks) {
+    xb0 = ld_shared_u4(smem_addr(smem) + 32 * tid);
+    xb1 = ld_shared_u4(smem_addr(smem) + 32 * tid + 16);
+    const uint32_t w[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      m = fmaxf(m, fmaxf(fabsf(bf16_to_f32(w[i] & 0xFFFFu)), fabsf(bf16_to_f32(w[i] >> 16))));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = 0.f;
+#pragma unroll
+  for (int i = 0; i < kNW; ++i) m = fmaxf(m, red[i]);
+  const int ex = cc_prescale(m);
+  if (tid < kXBlocks) {
+    const float sx = pow2f(ex);
+    const uint32_t w[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+    uint32_t h[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) h[i] = f32x2_to_f16x2(bf16_to_f32(w[i] & 0xFFFFu) * sx, bf16_to_f32(w[i] >> 16) * sx);
+    *reinterpret_cast<uint4*>(smem + kXhOffset + 16 * tid) = make_uint4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<uint4*>(smem + kXhOffset + kXBytes / 2 + 16 * tid) = make_uint4(h[4], h[5], h[6], h[7]);
+  }
+  __syncthreads();  // the f16 token written; red[] free again
+  resident_stamp(st, 1);
+
+  // FC1: warp w's gate and up rows, lane l's k16 block of each chunk.
+  const uint32_t chunk_s = smem_addr(chunks), xh_s = smem_addr(smem + kXhOffset);
+  float accg = 0.f, accu = 0.f;
+  // Chunk c's share of the thread's two rows, scaled by the blocks' scales: (gate, up) in fp32 (kWide: its
+  // one row's in .x).
+  auto fc1_chunk = [&](int c) {
+    if constexpr (kWide) {
+      const uint32_t base = chunk_s + c * kChunkBytes, unit = 32 * (warp & 15) + lane, half = warp >> 4;
+      const uint2 w = ld_shared_u2(base + 16 * unit + 8 * half);
+      const uint32_t sc = ld_shared_u8(base + kCodeBytes + 2 * unit + half);
+      const uint4 x0 = ld_shared_u4(xh_s + 16 * (32 * c + lane));
+      const uint4 x1 = ld_shared_u4(xh_s + kXBytes / 2 + 16 * (32 * c + lane));
+      uint32_t a = cc_decode_fma(w.x, x0.x, x0.y, x0.z, x0.w, 0u);
+      a = cc_decode_fma(w.y, x1.x, x1.y, x1.z, x1.w, a);
+      return make_float2(cc_row_sum(a, sc), 0.f);
+    } else {
+      const uint32_t base = chunk_s + c * kChunkBytes, unit = 32 * warp + lane;
+      const uint4 w = ld_shared_u4(base + 16 * unit);
+      const uint32_t sc = ld_shared_u16(base + kCodeBytes + 2 * unit);
+      const uint4 x0 = ld_shared_u4(xh_s + 16 * (32 * c + lane));
+      const uint4 x1 = ld_shared_u4(xh_s + kXBytes / 2 + 16 * (32 * c + lane));
+      uint32_t ag = cc_decode_fma(w.x, x0.x, x0.y, x0.z, x0.w, 0u);
+      ag = cc_decode_fma(w.y, x1.x, x1.y, x1.z, x1.w, ag);
+      uint32_t au = cc_decode_fma(w.z, x0.x, x0.y, x0.z, x0.w, 0u);
+      au = cc_decode_fma(w.w, x1.x, x1.y, x1.z, x1.w, au);
+      return f16x2_to_f32(hmul2(cc_pair_sum(ag, au), e4m3x2_to_f16x2(sc)));
+    }
+  };
+  for (int c0 = 0; c0 < kChunks1; c0 += kU) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int c = c0 + u;
+      mbar_wait(&bars[c], 0);
+      if (c == 0) resident_stamp(st, 2);
+      if (c == kChunks1 - 1) resident_stamp(st, 3);
+      if (tid == 0 && fc2_after > 0 && c + 1 == fc2_after) issue(kChunks1, kChunks, policy_evict_first());
+    }
+    if (kMode != 2) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const float2 gu = fc1_chunk(c0 + u);
+        accg += gu.x;
+        accu += gu.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
+    accu += __shfl_xor_sync(0xFFFFFFFFu, accu, o);
+  }
+  // SwiGLU as the reference computes it (reference.h R3), rounded to bf16 as FC1's output is; into red[32 + i].
+  auto swiglu = [&](float gsum, float usum, int i) {
+    const float unscale = pow2f(14 - ex);
+    const float g = gsum * unscale * sg, u = usum * unscale * su;
+    const float hv = __fdividef(g, 1.0f + __expf(-g)) * u;  // fast forms: h is rounded to bf16 next
+    const uint32_t bits = __float_as_uint(hv);
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;  // round to nearest even
+    act[j * kI + kCols * p + i] = static_cast<uint16_t>(rounded);
+    red[32 + i] = bf16_to_f32(rounded);
+  };
+  if constexpr (kWide) {
+    if (lane == 0) red[warp] = accg;
+    __syncthreads();
+    if (tid < kCols) swiglu(red[tid], red[kCols + tid], tid);
+  } else {
+    if (lane == 0) swiglu(accg, accu, warp);
+  }
+  __syncthreads();
+  resident_stamp(st, 4);
+
+  // FC2: the 16 SwiGLU values times 2^eh as f16x2, then thread t's two rows of each chunk.
+  float hm = 0.f;
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) hm = fmaxf(hm, fabsf(red[32 + i]));
+  const int eh = cc_prescale(hm);
+  const float sh = pow2f(eh);
+  uint32_t hv[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) hv[i] = f32x2_to_f16x2(red[32 + 2 * i] * sh, red[33 + 2 * i] * sh);
+  const float unscale2 = pow2f(14 - eh) * s2e;
+  float* yrow = y + static_cast<size_t>(j) * kH;
+#pragma unroll
+  for (int f = 0; f < kChunks2; ++f) {
+    const int c = kChunks1 + f;
+    mbar_wait(&bars[c], 0);
+    if (f == 0) resident_stamp(st, 5);
+    if (f == kChunks2 - 1) resident_stamp(st, 6);
+    if (kMode == 2) continue;
+    const uint32_t base = chunk_s + c * kChunkBytes;
+    if constexpr (kWide) {
+      const uint2 w = ld_shared_u2(base + 8 * tid);
+      const uint32_t sc = ld_shared_u8(base + kCodeBytes + tid);
+      uint32_t a = cc_decode_fma(w.x, hv[0], hv[1], hv[2], hv[3], 0u);
+      a = cc_decode_fma(w.y, hv[4], hv[5], hv[6], hv[7], a);
+      const float v = cc_row_sum(a, sc) * unscale2;
+      float* dst = yrow + kRows2 * f + tid;
+      if (kMode == 0)
+        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(dst), "f"(v) : "memory");
+      else
+        *dst = v;
+      continue;
+    }
+    const uint4 w = ld_shared_u4(base + 16 * tid);
+    const uint32_t sc = ld_shared_u16(base + kCodeBytes + 2 * tid);
+    uint32_t a0 = cc_decode_fma(w.x, hv[0], hv[1], hv[2], hv[3], 0u);
+    a0 = cc_decode_fma(w.y, hv[4], hv[5], hv[6], hv[7], a0);
+    uint32_t a1 = cc_decode_fma(w.z, hv[0], hv[1], hv[2], hv[3], 0u);
+    a1 = cc_decode_fma(w.w, hv[4], hv[5], hv[6], hv[7], a1);
+    const float2 v = f16x2_to_f32(hmul2(cc_pair_sum(a0, a1), e4m3x2_to_f16x2(sc)));
+    float* dst = yrow + kRows2 * f + 2 * tid;
+    if (kMode == 0)
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(v.x * unscale2), "f"(v.y * unscale2)
+                   : "memory");
+    else
+      *reinterpret_cast<float2*>(dst) = make_float2(v.x * unscale2, v.y * unscale2);
+  }
+  __syncthreads();
+  resident_stamp(st, 7);
+}
+
+}  // namespace
+
+int resident_cc_stamps() { return kStamps; }
+size_t resident_cc_bytes(int experts) { return static_cast<size_t>(experts) * kParts * kPartBytes; }
+
+// packed: pack_cc_layout's bytes for E >= max(experts) + 1 experts; experts [8], x [6144] bf16, s1 [E][2],
+// s2 [E] on the device; act: 8 x 256 bf16 (FC1's output, for the check); y: 8 x 6144 fp32, zero before each
+// launch (mode 0 adds into it); stamps: null or kStamps x 128 globaltimer values; fc2_after: 0 (every copy
+// at the start) or 1 .. 12 (FC2's copies once FC1's chunk fc2_after - 1 has landed); unroll: kU; wide: kWide.
+cudaError_t launch_resident_cc(const void* packed, const int* experts, const void* x, const float* s1,
+                               const float* s2, void* act, float* y, unsigned long long* stamps, int mode,
+                               int fc2_after, int unroll, bool wide, cudaStream_t s) {
+  if (mode < 0 || mode > 2 || fc2_after < 0 || fc2_after > kChunks1 || (unroll != 1 && unroll != 2))
+    return cudaErrorInvalidValue;
+  using Kernel = void (*)(const uint8_t*, const int*, const uint16_t*, const float*, const float*, uint16_t*, float*,
+                          unsigned long long*, int);
+  const Kernel kernels[2][2][3] = {
+      {{resident_cc_kernel<0, 1, false>, resident_cc_kernel<1, 1, false>, resident_cc_kernel<2, 1, false>},
+       {resident_cc_kernel<0, 2, false>, resident_cc_kernel<1, 2, false>, resident_cc_kernel<2, 2, false>}},
+      {{resident_cc_kernel<0, 1, true>, resident_cc_kernel<1, 1, true>, resident_cc_kernel<2, 1, true>},
+       {resident_cc_kernel<0, 2, true>, resident_cc_kernel<1, 2, true>, resident_cc_kernel<2, 2, true>}}};
+  const Kernel kernel = kernels[wide ? 1 : 0][unroll - 1][mode];
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
+  kernel<<<kPairs * kParts, wide ? 2 * kThreads : kThreads, kSmem, s>>>(
+      static_cast<const uint8_t*>(packed), experts, static_cast<const uint16_t*>(x), s1, s2,
+      static_cast<uint16_t*>(act), y, stamps, fc2_after);
+  return cudaGetLastError();
+}
+
+}  // namespace sm90test
+}  // namespace fp4moe
