@@ -144,7 +144,9 @@ __device__ __forceinline__ float cc_row_sum(uint32_t a, uint32_t scale_byte) {
 // cost). 2: no math (the waits and copies alone; timed only). kU: FC1 chunks a loop step (1 or 2: two
 // independent chains a thread, half the loop's overhead). kWide: 1024 threads, one row a thread (FC1: warp w
 // the gate (w < 16) or up row of column w % 16; FC2: one output row), twice the warps to hide latency.
-template <int kMode, int kU, bool kWide>
+// kPre (512 threads only): FC2's first kPre chunks decoded right after FC1's loop, before the SwiGLU row is
+// known (the decode needs no activation), so that their decode overlaps FC1's epilogue.
+template <int kMode, int kU, bool kWide, int kPre = 0>
 __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
     resident_cc_kernel(const uint8_t* __restrict__ packed, const int* __restrict__ experts,
                        const uint16_t* __restrict__ x, const float* __restrict__ s1, const float* __restrict__ s2,
@@ -255,6 +257,19 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
       }
     }
   }
+  static_assert(kPre >= 0 && kPre <= kChunks2 && (kPre == 0 || !kWide), "kPre: FC2 chunks decoded early");
+  uint32_t pre[kPre > 0 ? kPre : 1][16], pre_sc[kPre > 0 ? kPre : 1];
+#pragma unroll
+  for (int f = 0; f < kPre; ++f) {
+    mbar_wait(&bars[kChunks1 + f], 0);
+    const uint32_t base = chunk_s + (kChunks1 + f) * kChunkBytes;
+    const uint4 w = ld_shared_u4(base + 16 * tid);
+    pre_sc[f] = ld_shared_u16(base + kCodeBytes + 2 * tid);
+    cc_decode_word(w.x, &pre[f][0]);
+    cc_decode_word(w.y, &pre[f][4]);
+    cc_decode_word(w.z, &pre[f][8]);
+    cc_decode_word(w.w, &pre[f][12]);
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
@@ -312,12 +327,22 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
         *dst = v;
       continue;
     }
-    const uint4 w = ld_shared_u4(base + 16 * tid);
-    const uint32_t sc = ld_shared_u16(base + kCodeBytes + 2 * tid);
-    uint32_t a0 = cc_decode_fma(w.x, hv[0], hv[1], hv[2], hv[3], 0u);
-    a0 = cc_decode_fma(w.y, hv[4], hv[5], hv[6], hv[7], a0);
-    uint32_t a1 = cc_decode_fma(w.z, hv[0], hv[1], hv[2], hv[3], 0u);
-    a1 = cc_decode_fma(w.w, hv[4], hv[5], hv[6], hv[7], a1);
+    uint32_t a0 = 0u, a1 = 0u, sc;
+    if (f < kPre) {  // decoded before the SwiGLU row: the same multiply-adds in the same order
+      sc = pre_sc[f];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        a0 = hfma2(pre[f][q], hv[q], a0);
+        a1 = hfma2(pre[f][8 + q], hv[q], a1);
+      }
+    } else {
+      const uint4 w = ld_shared_u4(base + 16 * tid);
+      sc = ld_shared_u16(base + kCodeBytes + 2 * tid);
+      a0 = cc_decode_fma(w.x, hv[0], hv[1], hv[2], hv[3], 0u);
+      a0 = cc_decode_fma(w.y, hv[4], hv[5], hv[6], hv[7], a0);
+      a1 = cc_decode_fma(w.z, hv[0], hv[1], hv[2], hv[3], 0u);
+      a1 = cc_decode_fma(w.w, hv[4], hv[5], hv[6], hv[7], a1);
+    }
     const float2 v = f16x2_to_f32(hmul2(cc_pair_sum(a0, a1), e4m3x2_to_f16x2(sc)));
     float* dst = yrow + kRows2 * f + 2 * tid;
     if (kMode == 0)
@@ -338,11 +363,13 @@ size_t resident_cc_bytes(int experts) { return static_cast<size_t>(experts) * kP
 // packed: pack_cc_layout's bytes for E >= max(experts) + 1 experts; experts [8], x [6144] bf16, s1 [E][2],
 // s2 [E] on the device; act: 8 x 256 bf16 (FC1's output, for the check); y: 8 x 6144 fp32, zero before each
 // launch (mode 0 adds into it); stamps: null or kStamps x 128 globaltimer values; fc2_after: 0 (every copy
-// at the start) or 1 .. 12 (FC2's copies once FC1's chunk fc2_after - 1 has landed); unroll: kU; wide: kWide.
+// at the start) or 1 .. 12 (FC2's copies once FC1's chunk fc2_after - 1 has landed); unroll: kU; wide: kWide;
+// pre: kPre (0, or 1 or 2 with mode 0, unroll 2, 512 threads and fc2_after 0).
 cudaError_t launch_resident_cc(const void* packed, const int* experts, const void* x, const float* s1,
                                const float* s2, void* act, float* y, unsigned long long* stamps, int mode,
-                               int fc2_after, int unroll, bool wide, cudaStream_t s) {
-  if (mode < 0 || mode > 2 || fc2_after < 0 || fc2_after > kChunks1 || (unroll != 1 && unroll != 2))
+                               int fc2_after, int unroll, bool wide, int pre, cudaStream_t s) {
+  if (mode < 0 || mode > 2 || fc2_after < 0 || fc2_after > kChunks1 || (unroll != 1 && unroll != 2) || pre < 0 ||
+      pre > 2 || (pre > 0 && (mode != 0 || unroll != 2 || wide || fc2_after != 0)))
     return cudaErrorInvalidValue;
   using Kernel = void (*)(const uint8_t*, const int*, const uint16_t*, const float*, const float*, uint16_t*, float*,
                           unsigned long long*, int);
@@ -351,7 +378,9 @@ cudaError_t launch_resident_cc(const void* packed, const int* experts, const voi
        {resident_cc_kernel<0, 2, false>, resident_cc_kernel<1, 2, false>, resident_cc_kernel<2, 2, false>}},
       {{resident_cc_kernel<0, 1, true>, resident_cc_kernel<1, 1, true>, resident_cc_kernel<2, 1, true>},
        {resident_cc_kernel<0, 2, true>, resident_cc_kernel<1, 2, true>, resident_cc_kernel<2, 2, true>}}};
-  const Kernel kernel = kernels[wide ? 1 : 0][unroll - 1][mode];
+  const Kernel kernel = pre == 1   ? resident_cc_kernel<0, 2, false, 1>
+                        : pre == 2 ? resident_cc_kernel<0, 2, false, 2>
+                                   : kernels[wide ? 1 : 0][unroll - 1][mode];
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   kernel<<<kPairs * kParts, wide ? 2 * kThreads : kThreads, kSmem, s>>>(
