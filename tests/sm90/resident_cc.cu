@@ -24,7 +24,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "resident_cc_layout.h"
