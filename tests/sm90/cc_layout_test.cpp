@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "fp4moe/dtype.h"
 #include "fp4moe/nvfp4.h"
 #include "resident_cc_layout.h"
 
@@ -16,19 +17,12 @@ namespace fp4moe {
 namespace sm90test {
 namespace {
 
-// IEEE binary16 bits -> float (normal, subnormal, zero; the decode never makes inf or NaN).
-float f16_bits_to_f32(uint32_t h) {
-  const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  const float v = exp == 0 ? std::ldexp(static_cast<float>(man), -24) : std::ldexp(1.0f + man / 1024.0f, exp - 15);
-  return sign ? -v : v;
-}
-
 // Half (0 low, 1 high) of decoded f16x2 word `q` of `w`: codes 2q and 2q + 1 of the word.
 float decoded(uint32_t w, int k) {
   uint32_t h[4];
   cc_decode_word(w, h);
   const uint32_t pair = h[(k % 8) / 2];
-  return f16_bits_to_f32((k & 1) ? (pair >> 16) : (pair & 0xFFFFu));
+  return f16_bits_to_f32(static_cast<uint16_t>((k & 1) ? (pair >> 16) : pair));
 }
 
 uint32_t word(const uint8_t* block, int k) {

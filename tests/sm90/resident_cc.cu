@@ -25,6 +25,8 @@
 
 #include <cstdint>
 
+#include "fp4moe/dtype.h"
+#include "kernels/sm90_wgmma/sm90_e4m3.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "resident_cc_layout.h"
 #include "resident_common.cuh"
@@ -108,9 +110,9 @@ __device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
   asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
   return v;
 }
-__device__ __forceinline__ float bf16_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }
-// 2^e as an fp32, e in [-126, 127].
-__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(static_cast<uint32_t>(127 + e) << 23); }
+// The low and high bf16 of a word as fp32.
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w)); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w >> 16)); }
 // The power-of-two exponent that puts a largest magnitude m into [2^13, 2^14) (0 for m = 0), clamped so that
 // the scale and its inverse times 2^14 stay normal fp32.
 __device__ __forceinline__ int cc_prescale(float m) {
@@ -188,7 +190,7 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
     const uint32_t w[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      m = fmaxf(m, fmaxf(fabsf(bf16_to_f32(w[i] & 0xFFFFu)), fabsf(bf16_to_f32(w[i] >> 16))));
+      m = fmaxf(m, fmaxf(fabsf(bf16_lo(w[i])), fabsf(bf16_hi(w[i]))));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
@@ -199,11 +201,11 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
   for (int i = 0; i < kNW; ++i) m = fmaxf(m, red[i]);
   const int ex = cc_prescale(m);
   if (tid < kXBlocks) {
-    const float sx = pow2f(ex);
+    const float sx = e4m3_pow2(ex);
     const uint32_t w[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
     uint32_t h[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) h[i] = f32x2_to_f16x2(bf16_to_f32(w[i] & 0xFFFFu) * sx, bf16_to_f32(w[i] >> 16) * sx);
+    for (int i = 0; i < 8; ++i) h[i] = f32x2_to_f16x2(bf16_lo(w[i]) * sx, bf16_hi(w[i]) * sx);
     *reinterpret_cast<uint4*>(smem + kXhOffset + 16 * tid) = make_uint4(h[0], h[1], h[2], h[3]);
     *reinterpret_cast<uint4*>(smem + kXhOffset + kXBytes / 2 + 16 * tid) = make_uint4(h[4], h[5], h[6], h[7]);
   }
@@ -276,13 +278,12 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
   }
   // SwiGLU as the reference computes it (reference.h R3), rounded to bf16 as FC1's output is; into red[32 + i].
   auto swiglu = [&](float gsum, float usum, int i) {
-    const float unscale = pow2f(14 - ex);
+    const float unscale = e4m3_pow2(14 - ex);
     const float g = gsum * unscale * sg, u = usum * unscale * su;
     const float hv = __fdividef(g, 1.0f + __expf(-g)) * u;  // fast forms: h is rounded to bf16 next
-    const uint32_t bits = __float_as_uint(hv);
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;  // round to nearest even
-    act[j * kI + kCols * p + i] = static_cast<uint16_t>(rounded);
-    red[32 + i] = bf16_to_f32(rounded);
+    const uint16_t rounded = f32_to_bf16_bits(hv);
+    act[j * kI + kCols * p + i] = rounded;
+    red[32 + i] = bf16_bits_to_f32(rounded);
   };
   if constexpr (kWide) {
     if (lane == 0) red[warp] = accg;
@@ -299,11 +300,11 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kCols; ++i) hm = fmaxf(hm, fabsf(red[32 + i]));
   const int eh = cc_prescale(hm);
-  const float sh = pow2f(eh);
+  const float sh = e4m3_pow2(eh);
   uint32_t hv[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) hv[i] = f32x2_to_f16x2(red[32 + 2 * i] * sh, red[33 + 2 * i] * sh);
-  const float unscale2 = pow2f(14 - eh) * s2e;
+  const float unscale2 = e4m3_pow2(14 - eh) * s2e;
   float* yrow = y + static_cast<size_t>(j) * kH;
 #pragma unroll
   for (int f = 0; f < kChunks2; ++f) {
