@@ -2,7 +2,8 @@
 # The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, the sm90 kernels' SASS
 # (check_sass.py), compute-sanitizer memcheck and racecheck on the small cases (the Sanitize.* suite:
 # every tactic on tail shapes, one
-# forward per routing family and shared-expert kind), racecheck of the sm90 tactics test, then `fp4moe
+# forward per routing family and shared-expert kind), racecheck of the sm90 tactics test, memcheck and
+# racecheck of the e4m3 path's test and of the resident tactic's test, then `fp4moe
 # bench` on the GLM-5 layer and the PyTorch peer in the same run, and the same for the layer's TP8 and
 # EP8 shards. Uses the binaries
 # staged in .gpubuild/ (scripts/gpu_build.sh; or its packed .gpubuild.tar.xz, unpacked first), or builds them when nvcc is available. Logs go to OUTDIR;
@@ -130,6 +131,9 @@ if want sanitize; then
   # the e4m3 path's numerics (its token split writes shared memory that its wgmmas read)
   sanitize "memcheck (sm90 e4m3)" sanitize_memcheck_e4m3.log memcheck "$stage/tests/sm90_e4m3_test"
   sanitize "racecheck (sm90 e4m3)" sanitize_racecheck_e4m3.log racecheck "$stage/tests/sm90_e4m3_test"
+  # the resident tactic (its last CTA per row reads the fp32 row the others added into, then zeroes it)
+  sanitize "memcheck (sm90 resident)" sanitize_memcheck_cc.log memcheck "$stage/tests/sm90_cc_tactic_test"
+  sanitize "racecheck (sm90 resident)" sanitize_racecheck_cc.log racecheck "$stage/tests/sm90_cc_tactic_test"
 else
   note "compute-sanitizer: not run (STEPS=${STEPS:-})"
 fi

@@ -85,7 +85,7 @@ struct GroupedGemmArgs {
 // Device weight layouts. kCanonical: per expert, codes [N, K/2] uint8 then block scales [N, K/16] e4m3,
 // experts back to back (codes of all experts first, then scales of all experts); see
 // src/engine/weight_layout.h. Families that want a shuffled layout declare their own id.
-enum class WeightLayout : uint8_t { kCanonical = 0, kSm90Interleaved = 1, kSm90E4m3 = 2 };
+enum class WeightLayout : uint8_t { kCanonical = 0, kSm90Interleaved = 1, kSm90E4m3 = 2, kSm90Cc = 3 };
 const char* weight_layout_name(WeightLayout l);
 
 struct TacticRequirements {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "common/env.h"
@@ -119,10 +120,19 @@ class CudaMoeEngine final : public MoeEngine {
     // And not for a bucket of several tokens that folds a shared expert into the routed launch: one-token
     // items stream the shared expert's weights once per token (GLM-5 T = 2 / 4: +4% against the n8 tile,
     // docs/perf.md sm90 step 50).
-    std::vector<std::string> one_token;
-    for (const TacticDesc& d : all_tactic_descs())
+    // The resident tactic (schedule "resident", sm90_cc.cu: one CTA per row and 16 SwiGLU columns, the
+    // math on the CUDA cores) is taken by the heuristic or the tuner only with FP4MOE_SM90_CC=1 until its
+    // timings on the card are in docs/perf.md (sm90 step 67); a forced name is obeyed.
+    std::vector<std::string> one_token, resident;
+    for (const TacticDesc& d : all_tactic_descs()) {
       if (d.tile_n == 1) one_token.push_back(d.name);
+      if (d.schedule == "resident") resident.push_back(d.name);
+    }
     const bool one_token_layout_ok = opts_.extra_weight_layouts || opts_.max_tokens == 1;
+    const bool resident_ok = env_switch("FP4MOE_SM90_CC", false);
+    // The largest bucket (max_rows) each tactic runs, which sizes its workspace: the resident tactic's
+    // fp32 rows grow with the rows it may run, and it runs only one-token buckets.
+    std::map<GroupedGemmTactic*, int64_t> largest_bucket;
     auto choose = [&](const DeviceGemmWeights& g, int64_t rows, int64_t expected, int64_t max_rows,
                       const std::string& forced, const std::string& tuned, bool one_token_ok = true) {
       GroupedGemmTactic* t = nullptr;
@@ -130,6 +140,7 @@ class CudaMoeEngine final : public MoeEngine {
       TacticRequest req{forced, tuned, opts_.excluded_tactics};
       if (forced.empty() && !(one_token_ok && one_token_layout_ok))
         req.excluded.insert(req.excluded.end(), one_token.begin(), one_token.end());
+      if (forced.empty() && !resident_ok) req.excluded.insert(req.excluded.end(), resident.begin(), resident.end());
       const GemmProblem p = sized(g.shape, expected, max_rows);
       Status st = choose_tactic(p, caps_, req, &t, &note);
       if (!st.is_ok()) throw Error(st.code(), st.message());
@@ -140,6 +151,7 @@ class CudaMoeEngine final : public MoeEngine {
                                                                      sized(g.shape, rows, max_rows).to_string(), c.reason));
       }
       used.insert({t, &g});
+      largest_bucket[t] = std::max(largest_bucket[t], max_rows);
       return t;
     };
     // The tuner's buckets were measured on the whole layer: with expert parallelism they are ignored (a
@@ -189,6 +201,7 @@ class CudaMoeEngine final : public MoeEngine {
           bt.fc2->check(sized(w_.fc1.shape, rows, b), caps_).ok) {
         bt.fc1 = bt.fc2;  // the first choice stays in `used` (another bucket may run it; an extra init is harmless)
         used.insert({bt.fc1, &w_.fc1});
+        largest_bucket[bt.fc1] = std::max(largest_bucket[bt.fc1], b);
       }
       bt.chain = chain_wanted && bt.fc1 == bt.fc2 && bt.fc1->can_chain();
       if (shared_nvfp4) {
@@ -211,13 +224,13 @@ class CudaMoeEngine final : public MoeEngine {
                   shared_nvfp4 ? fmt::format(" shared {} / {}", bt.shared_fc1->desc().name, bt.shared_fc2->desc().name)
                                : std::string());
     }
-    // Layouts and init, once per (tactic, GEMM), at the largest problem.
-    const int64_t maxb = buckets_.back();
+    // Layouts and init, once per (tactic, GEMM), at the largest problem the tactic runs.
     size_t tactic_ws = 0;
     for (const auto& tw : used) {
       GroupedGemmTactic* t = tw.first;
       DeviceGemmWeights& g = const_cast<DeviceGemmWeights&>(*tw.second);
       const bool shared = &g == &w_.shared_fc1 || &g == &w_.shared_fc2;
+      const int64_t maxb = largest_bucket.at(t);
       const GemmProblem p = sized(g.shape, shared ? maxb : maxb * cfg_.topk, maxb);
       g.prepare(t->desc().layout, nullptr);
       Status st = t->init(p);

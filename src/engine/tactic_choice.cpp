@@ -89,6 +89,16 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   for (const TacticDesc* d : usable_descs)
     if (d->family != fallback_family) pool.push_back(d);  // a specialised family that passes wins
   if (pool.empty()) pool = usable_descs;
+  // A resident tactic (schedule "resident": one CTA per row and 16 SwiGLU columns with all its weight bytes
+  // in flight at once, sm90_cc.cu) where its CTAs fill at most one wave of the SMs; never otherwise: a
+  // second wave would start its whole weight stream only after the first wave's CTAs leave.
+  const auto resident_end = std::stable_partition(pool.begin(), pool.end(),
+                                                  [](const TacticDesc* d) { return d->schedule == "resident"; });
+  if (resident_end != pool.begin()) {
+    const int64_t parts = (p.op == GemmOp::kFc1SwiGlu ? p.n : p.k) / 16;
+    if (sm_count > 0 && p.total_rows * parts <= sm_count) return pool.front();
+    if (resident_end != pool.end()) pool.erase(pool.begin(), resident_end);
+  }
   // The token width: the one whose expected cost over the experts is lowest (expected_token_tile_cost).
   std::vector<int> widths;
   for (const TacticDesc* d : pool)

@@ -23,7 +23,9 @@ Status choose_tactic(const GemmProblem& problem, const DeviceCaps& caps, const T
                      GroupedGemmTactic** out, std::string* note);
 
 // The heuristic alone (also used by tools): among usable tactics, prefer a family other than the
-// fallback's when one passes; within the family pick the token tile width (tile_n) of the lowest
+// fallback's when one passes; a resident tactic (schedule "resident") where the problem's CTAs, rows x
+// (SwiGLU width / 16), fit one wave on sm_count SMs (never with sm_count 0), else the others; within the
+// family pick the token tile width (tile_n) of the lowest
 // expected_token_tile_cost at the problem's mean rows per expert (total_rows / num_experts, uniform
 // routing; with sm_count > 0, an op of fewer than two waves of work items on that many SMs pays for its
 // last wave whole; a one-token tile, tile_n 1, only where its plain cost is below the width so chosen);

@@ -12,12 +12,16 @@ namespace fp4moe {
 void append_portable_tactic_descs(std::vector<TacticDesc>& out);
 // sm90_wgmma/: TMA + wgmma warp-specialised, sm_90a only.
 void append_sm90_tactic_descs(std::vector<TacticDesc>& out);
+// sm90_wgmma/sm90_cc.cu: the resident tactic (one token per expert, math on the CUDA cores), sm_90a only.
+void append_sm90_cc_tactic_descs(std::vector<TacticDesc>& out);
 
 #ifdef FP4MOE_HAVE_CUDA
 void append_portable_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out);
 void append_sm90_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out);
+void append_sm90_cc_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out);
 // The sm90 family's weight layouts (kSm90Interleaved, kSm90E4m3); nullptr for any other.
 const WeightLayoutOps* sm90_weight_layout_ops(WeightLayout layout = WeightLayout::kSm90Interleaved);
+const WeightLayoutOps* sm90_cc_weight_layout_ops();  // kSm90Cc
 #endif
 
 }  // namespace fp4moe

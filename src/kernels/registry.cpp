@@ -35,6 +35,7 @@ const char* weight_layout_name(WeightLayout l) {
     case WeightLayout::kCanonical: return "canonical";
     case WeightLayout::kSm90Interleaved: return "sm90-interleaved";
     case WeightLayout::kSm90E4m3: return "sm90-e4m3";
+    case WeightLayout::kSm90Cc: return "sm90-cc";
   }
   return "unknown-layout";
 }
@@ -49,6 +50,7 @@ const std::vector<TacticDesc>& all_tactic_descs() {
     append_portable_tactic_descs(v);
 #ifdef FP4MOE_HAVE_SM90_FAMILY
     append_sm90_tactic_descs(v);
+    append_sm90_cc_tactic_descs(v);
 #endif
     return v;
   }();
@@ -96,6 +98,7 @@ const TacticTable& tactic_table() {
     append_portable_tactics(t.owned);
 #ifdef FP4MOE_HAVE_SM90_FAMILY
     append_sm90_tactics(t.owned);
+    append_sm90_cc_tactics(t.owned);
 #endif
     for (auto& p : t.owned) t.by_name.emplace(p->desc().name, p.get());
     return t;
@@ -130,6 +133,12 @@ const WeightLayoutOps* find_weight_layout_ops(WeightLayout layout) {
     case WeightLayout::kSm90E4m3:
 #ifdef FP4MOE_HAVE_SM90_FAMILY
       return sm90_weight_layout_ops(layout);
+#else
+      return nullptr;
+#endif
+    case WeightLayout::kSm90Cc:
+#ifdef FP4MOE_HAVE_SM90_FAMILY
+      return sm90_cc_weight_layout_ops();
 #else
       return nullptr;
 #endif

@@ -186,6 +186,29 @@ TEST(HeuristicWidth, OneTokenTilesOnlyForTheFewestRows) {
   EXPECT_EQ(heuristic_choice(only, problem(2048, 1024, 256))->name, "n1.k256");
 }
 
+// A resident tactic (schedule "resident", the sm90 cc tactic: one CTA per row and 16 SwiGLU columns) where
+// its CTAs, rows x width / 16, fill at most one wave: the TP8 shard at T = 1 (8 rows x 256 / 16 = 128 CTAs on
+// 132 SMs), for FC1 (width N) and FC2 (width K); not GLM-5 at T = 1 (8 x 128 = 1024 CTAs), not without an SM
+// count, and never the width rule's pick (it is removed from the pool first).
+TEST(HeuristicResident, OnlyWhereItsCtasFillOneWave) {
+  std::vector<TacticDesc> d{desc("n8.k256", "fast", 8, 256), desc("n1.k256", "fast", 1, 256),
+                            desc("resident", "fast", 1, 512)};
+  d[2].schedule = "resident";
+  std::vector<const TacticDesc*> usable;
+  for (const TacticDesc& x : d) usable.push_back(&x);
+  const GemmProblem tp8_fc1{GemmOp::kFc1SwiGlu, 256, 256, 6144, 8, 1}, tp8_fc2{GemmOp::kFc2, 256, 6144, 256, 8, 1};
+  EXPECT_EQ(heuristic_choice(usable, tp8_fc1, 132)->name, "resident");
+  EXPECT_EQ(heuristic_choice(usable, tp8_fc2, 132)->name, "resident");
+  EXPECT_EQ(heuristic_choice(usable, tp8_fc1, 0)->name, "n1.k256");
+  EXPECT_EQ(heuristic_choice(usable, tp8_fc1, 100)->name, "n1.k256");     // 128 CTAs on 100 SMs: two waves
+  const GemmProblem glm_fc1{GemmOp::kFc1SwiGlu, 256, 2048, 6144, 8, 1};
+  EXPECT_EQ(heuristic_choice(usable, glm_fc1, 132)->name, "n1.k256");
+  EXPECT_EQ(heuristic_choice(usable, problem(2048, 1024, 256), 132)->name, "n8.k256");
+  // Alone in the pool it is still the choice (the engine's check has passed).
+  std::vector<const TacticDesc*> only{&d[2]};
+  EXPECT_EQ(heuristic_choice(only, glm_fc1, 132)->name, "resident");
+}
+
 TEST_F(HeuristicTest, WideRowsTakeTheLargestTileAndTheFallbackOnlyAlone) {
   EXPECT_EQ(choose(problem(6144, 1 << 20, 256)), "n128.k128");
   std::vector<const TacticDesc*> only_fallback{&descs.back()};

@@ -5,7 +5,8 @@
 // are poisoned (0xD5) before every run. Relative L2 <= 1e-2 per layer; routing ids must equal the
 // reference's exactly. Also: device-generated synthetic weights equal host-uploaded ones bit for bit,
 // a CUDA-graph replay equals the eager forward bit for bit, the sm90 chained launch that routes a decode
-// batch itself equals the separate front end bit for bit, and bad inputs return errors.
+// batch itself equals the separate front end bit for bit, the sm90 resident tactic's forwards match the
+// reference, and bad inputs return errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +284,65 @@ TEST(Small, OneTokenTileOnlyWhereItsLayoutIsAllowed) {
     EXPECT_LE(r.rel_l2, 1e-2);
     EXPECT_EQ(r.id_mismatches, 0);
   }
+}
+
+// The sm90 resident tactic (sm90.w4f16.m32n1k512.cc) in the engine: forced by name in an engine of one token,
+// with and without an NVFP4 shared expert (folded in as the chained launch's last expert), and chosen by the
+// heuristic with FP4MOE_SM90_CC=1 for the one-token bucket only (its CTAs, 4 rows x 64 / 16, fit one wave;
+// the one-token layout allowed by extra_weight_layouts), each forward against the reference. Skipped where
+// it cannot run (no sm_90a device).
+TEST(Small, ResidentTacticForward) {
+  const std::string cc = "sm90.w4f16.m32n1k512.cc";
+  MoeConfig cfg = small_config("resident", 2048, 64, 16, 4);
+  cfg.routing = RoutingKind::kSigmoidGrouped;
+  cfg.n_group = 4;
+  cfg.topk_group = 2;
+  cfg.norm_topk_prob = true;
+  const std::vector<std::string> usable = tactics_for_layer(cfg, 1, false);
+  if (std::find(usable.begin(), usable.end(), cc) == usable.end()) GTEST_SKIP() << cc << " cannot run on this device";
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "NVFP4 shared expert" : "no shared expert");
+    MoeConfig c = cfg;
+    if (shared) {
+      c.n_shared_experts = 1;
+      c.shared_inter = 64;
+    }
+    const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
+    EngineOptions eo;
+    eo.max_tokens = 1;
+    eo.fc1_tactic = eo.fc2_tactic = cc;
+    std::unique_ptr<MoeEngine> engine;
+    const Status st = MoeEngine::create(w, eo, &engine);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    for (int seed : {1, 2, 3}) {
+      const LayerRun r = run_and_compare(*engine, w, 1, 900 + seed, false);
+      EXPECT_LE(r.rel_l2, 1e-2);
+      EXPECT_EQ(r.id_mismatches, 0);
+    }
+  }
+  // The heuristic, switched on: the resident tactic for T = 1, not for the buckets of 2 or more tokens.
+  ::setenv("FP4MOE_SM90_CC", "1", 1);
+  const MoeLayerWeights w = host_layer(LayerCase{cfg.name, cfg, {}});
+  EngineOptions eo;
+  eo.max_tokens = 8;
+  eo.extra_weight_layouts = true;
+  std::unique_ptr<MoeEngine> engine;
+  const Status st = MoeEngine::create(w, eo, &engine);
+  ::unsetenv("FP4MOE_SM90_CC");
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(engine->fc1_tactic_for(1), cc);
+  EXPECT_EQ(engine->fc2_tactic_for(1), cc);
+  EXPECT_NE(engine->fc1_tactic_for(8), cc);
+  for (int64_t T : {1, 8}) {
+    SCOPED_TRACE(::testing::Message() << "heuristic T=" << T);
+    const LayerRun r = run_and_compare(*engine, w, T, 950 + T, false);
+    EXPECT_LE(r.rel_l2, 1e-2);
+    EXPECT_EQ(r.id_mismatches, 0);
+  }
+  // Off (the default), the heuristic leaves it alone.
+  std::unique_ptr<MoeEngine> plain;
+  ASSERT_TRUE(MoeEngine::create(w, eo, &plain).is_ok());
+  EXPECT_NE(plain->fc1_tactic_for(1), cc);
 }
 
 TEST(Small, GraphReplayBitwise) {

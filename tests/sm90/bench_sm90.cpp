@@ -4,8 +4,10 @@
 // reading the token rows from a copy already in grouped order, as the engine does for wide token tiles:
 // contiguous rows, loaded by TMA) and on FC2 (contiguous) with CUDA-graph replay; then the best pair:
 // the best FC1 or, when faster, the gathered copy (the engine's gather_rows kernel, timed inside the
-// pair) + the best fc1c, then the best FC2; and per tactic FC1 chained into FC2 in one launch (the
-// copy included), beside the same tactic's two launches.
+// pair) + the best fc1c, then the best FC2; and per tactic FC1 chained into FC2 in one launch, on the copy
+// (the copy included) and through the index (no copy), the faster of the two reported, beside the same
+// tactic's two launches. Every sm90 tactic runs, the resident one (sm90_cc.cu) too; a tactic whose preflight
+// fails at a T (the resident one past one row per expert) is skipped there with a line naming the reason.
 //   touched bytes = active experts * (2I*H + H*I) * 0.5625   (codes + E4M3 scales)
 //   FLOPs         = 2 * T * topk * 3 * I * H
 // Weights are filled with a constant byte pattern: the kernel's work does not depend on the values
@@ -55,6 +57,7 @@
 #include <vector>
 
 #include "engine/engine_kernels.h"
+#include "fp4moe/device_caps.h"
 #include "fp4moe/reference.h"
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
@@ -668,6 +671,7 @@ int run(int argc, char** argv) {
 
   std::vector<std::unique_ptr<GroupedGemmTactic>> tactics;
   append_sm90_tactics(tactics);
+  append_sm90_cc_tactics(tactics);  // the resident tactic: timed where its preflight passes (one row per expert)
   if (!only.empty()) {
     tactics.erase(std::remove_if(tactics.begin(), tactics.end(), [&](auto& t) { return t->desc().name != only; }),
                   tactics.end());
@@ -680,7 +684,9 @@ int run(int argc, char** argv) {
   GemmProblem p1{GemmOp::kFc1SwiGlu, kE, I, kH, max_rows, max_rows};
   GemmProblem p2{GemmOp::kFc2, kE, kH, I, max_rows, max_rows};
   const WeightLayoutOps* ops = sm90_weight_layout_ops();
-  DeviceBuffer w1(ops->bytes(p1)), w2(ops->bytes(p2));
+  // One buffer per GEMM serves every layout (the byte pattern is the same): the larger of their sizes.
+  DeviceBuffer w1(std::max(ops->bytes(p1), sm90::cc_packed_bytes_of(p1))),
+      w2(std::max(ops->bytes(p2), sm90::cc_packed_bytes_of(p2)));
   SM90_CUDA_OK(cudaMemset(w1.get(), 0x37, w1.size()));
   SM90_CUDA_OK(cudaMemset(w2.get(), 0x37, w2.size()));
   const int64_t max_tokens = max_rows / kTopk;
@@ -746,6 +752,25 @@ int run(int argc, char** argv) {
   for (int64_t T : tokens_list) {
     settle();
     const Routing r = route_uniform(T, rng);
+    // A tactic runs where its preflight passes on this T's rows (the resident tactic: one row per expert).
+    int32_t per_expert = 0;
+    for (int64_t e = 0; e < kE; ++e) per_expert = std::max(per_expert, r.offsets[e + 1] - r.offsets[e]);
+    const DeviceCaps caps = query_device_caps(0);
+    auto usable = [&](const GroupedGemmTactic& t) {
+      for (GemmProblem q : {p1, p2}) {
+        q.total_rows = T * kTopk;
+        q.max_rows_per_expert = per_expert;
+        const TacticCheck c = t.check(q, caps);
+        if (!c.ok) {
+          fmt::print("{:>6} {:<42} skipped: {}\n", T, t.desc().name, c.reason);
+          return false;
+        }
+      }
+      return true;
+    };
+    std::vector<GroupedGemmTactic*> runnable;
+    for (auto& t : tactics)
+      if (usable(*t)) runnable.push_back(t.get());
     off.upload(r.offsets.data(), r.offsets.size() * 4);
     idx.upload(r.row_token.data(), r.row_token.size() * 4);
     const int64_t rows = T * kTopk;
@@ -786,7 +811,7 @@ int run(int argc, char** argv) {
     const char* labels[3] = {"fc1", "fc1c", "fc2"};
     for (int which = 0; which < 3; ++which) {
       const GroupedGemmArgs& args = which == 0 ? a1 : (which == 1 ? a1c : a2);
-      for (auto& t : tactics) {
+      for (GroupedGemmTactic* t : runnable) {
         Status st;
         const double ms = time_graph([&](cudaStream_t st_) { st = t->run(args, st_); }, iters, s);
         if (!st.is_ok()) {
@@ -808,9 +833,9 @@ int run(int argc, char** argv) {
     const bool use_copy = copy_ms + best[1] < best[0];
     GroupedGemmTactic* t1 = nullptr;
     GroupedGemmTactic* t2 = nullptr;
-    for (auto& t : tactics) {
-      if (t->desc().name == names[use_copy ? 1 : 0]) t1 = t.get();
-      if (t->desc().name == names[2]) t2 = t.get();
+    for (GroupedGemmTactic* t : runnable) {
+      if (t->desc().name == names[use_copy ? 1 : 0]) t1 = t;
+      if (t->desc().name == names[2]) t2 = t;
     }
     const double ms = time_graph(
         [&](cudaStream_t st_) {
@@ -824,18 +849,25 @@ int run(int argc, char** argv) {
                r.active, "best pair", ms * 1e3, tbs, (flops1 + flops2) / (ms * 1e-3) / 1e12, pct(tbs),
                names[use_copy ? 1 : 0], use_copy ? " on the gathered copy, copy included" : "", names[2]);
     // FC1 chained into FC2 in one launch (run_chained), on the gathered copy, the copy included; against
-    // the same tactic's two launches (copy + fc1c + fc2) in the same graph form.
+    // the same tactic's two launches (copy + fc1c + fc2) in the same graph form; and the chain with FC1
+    // reading its rows through the index, no copy (the resident tactic reads a row with one bulk copy
+    // either way). The best chain is the faster of the two forms.
     double best_chain = 1e30;
     std::string best_chain_name;
-    for (auto& t : tactics) {
+    GroupedGemmTactic* best_chain_tactic = nullptr;
+    for (GroupedGemmTactic* t : runnable) {
       if (!t->can_chain()) continue;
-      Status st;
-      const double ms_chain = time_graph(
+      Status st, st_idx;
+      const double ms_copy_chain = time_graph(
           [&](cudaStream_t st_) {
             gather_copy(st_);
             st = t->run_chained(a1c, a2, st_);
           },
           iters, s);
+      const double ms_idx = time_graph([&](cudaStream_t st_) { st_idx = t->run_chained(a1, a2, st_); }, iters, s);
+      if (st.is_ok()) st = st_idx;
+      const bool idx_faster = ms_idx < ms_copy_chain;
+      const double ms_chain = idx_faster ? ms_idx : ms_copy_chain;
       const double ms_two = time_graph(
           [&](cudaStream_t st_) {
             gather_copy(st_);
@@ -848,12 +880,16 @@ int run(int argc, char** argv) {
         return 1;
       }
       const double tbs_chain = (bytes1 + bytes2) / (ms_chain * 1e-3) / 1e12;
-      fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  (two launches {:.1f} us)\n", T, "chain",
-                 r.active, t->desc().name, ms_chain * 1e3, tbs_chain, (flops1 + flops2) / (ms_chain * 1e-3) / 1e12,
-                 pct(tbs_chain), ms_two * 1e3);
+      fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  ({}; copy + chain {:.1f} us, chain "
+                 "through the index {:.1f} us, two launches {:.1f} us)\n",
+                 T, "chain", r.active, t->desc().name, ms_chain * 1e3, tbs_chain,
+                 (flops1 + flops2) / (ms_chain * 1e-3) / 1e12, pct(tbs_chain),
+                 idx_faster ? "rows through the index" : "on the gathered copy", ms_copy_chain * 1e3, ms_idx * 1e3,
+                 ms_two * 1e3);
       if (ms_chain < best_chain) {
         best_chain = ms_chain;
-        best_chain_name = t->desc().name;
+        best_chain_name = t->desc().name + (idx_faster ? " through the index" : " on the copy");
+        best_chain_tactic = t;
       }
     }
     if (!best_chain_name.empty()) {
@@ -862,10 +898,8 @@ int run(int argc, char** argv) {
                  "fc1>fc2", r.active, "best chain", best_chain * 1e3, tbs_chain,
                  (flops1 + flops2) / (best_chain * 1e-3) / 1e12, pct(tbs_chain), best_chain_name, ms * 1e3);
     }
-    if (trace_out && !best_chain_name.empty()) {
-      GroupedGemmTactic* tc = nullptr;
-      for (auto& t : tactics)
-        if (t->desc().name == best_chain_name) tc = t.get();
+    if (trace_out && best_chain_tactic != nullptr) {
+      GroupedGemmTactic* tc = best_chain_tactic;
       const int32_t shared_off[2] = {0, static_cast<int32_t>(T)};
       soff->upload(shared_off, sizeof(shared_off));
       GroupedGemmArgs s1 = a1c, s2 = a2;

@@ -2,7 +2,7 @@
 """check_sass.py (src/kernels/sm90_wgmma) on hand-written SASS: it must accept an A buffer rewritten after
 the WARPGROUP.DEPBAR that retires the group reading it, and flag a write to the A registers or the
 accumulators of a group still in flight, a missing HGMMA, local memory and wgmmas that ptxas serialised;
-the same for the e4m3 tile's QGMMA.
+the same for the e4m3 tile's QGMMA; the resident tactic's kernel passes without HGMMA but not with local memory.
 No GPU needed."""
 import os
 import subprocess
@@ -60,7 +60,12 @@ def main():
     ok_q = sass(k, q)
     early_a_q = sass(k, q[:5] + ["LOP3.LUT R44, R8, 0x9c9c9c9c, RZ, 0xc0, !PT"] + q[6:])
     early_d_q = sass(k, q[:5] + ["FADD R3, R24, R25"] + q[6:])
+    # The resident tactic's CUDA-core kernel beside a grouped kernel: no HGMMA is fine, local memory is not.
+    cc = "_ZN6fp4moe4sm9023sm90_cc_resident_kernelILi3EEEvNS0_8CcParamsE"
+    resident_ok = ok + sass(cc, ["HFMA2 R4, R5, R6, R4", "RED.E.ADD.F32.FTZ.RN.STRONG.GPU [R2.64], R4"])
+    resident_local = ok + sass(cc, ["HFMA2 R4, R5, R6, R4", "STL [R1], R4"])
     cases = [("retired buffer rewritten", ok, 0), ("in-flight A rewritten", early_a, 1),
+             ("resident kernel, no HGMMA", resident_ok, 0), ("resident kernel, local memory", resident_local, 1),
              ("QGMMA: retired buffer rewritten", ok_q, 0), ("QGMMA: in-flight A rewritten", early_a_q, 1),
              ("QGMMA: in-flight accumulators read", early_d_q, 1),
              ("in-flight accumulators read", early_d, 1), ("open group's A rewritten", open_group, 1),

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "fp4moe/dtype.h"
+#include "kernels/sm90_wgmma/sm90_cc_math.cuh"
 #include "kernels/sm90_wgmma/sm90_e4m3.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 #include "resident_cc_layout.h"
@@ -63,38 +64,6 @@ static_assert(kXBlocks <= kThreads, "one token block a thread");
 static_assert(kChunks1 % 2 == 0, "FC1's loop takes one or two chunks a step");
 static_assert(kSmem <= 227 * 1024, "shared memory of one H200 CTA");
 
-__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
-  uint32_t d;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(static_cast<uint16_t>(two_bytes)));
-  return d;
-}
-__device__ __forceinline__ float2 f16x2_to_f32(uint32_t h) {
-  float2 f;
-  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
-      : "=f"(f.x), "=f"(f.y)
-      : "r"(h));
-  return f;
-}
-__device__ __forceinline__ uint32_t f32x2_to_f16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
 __device__ __forceinline__ uint2 ld_shared_u2(uint32_t addr) {
   uint2 v;
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
@@ -104,37 +73,6 @@ __device__ __forceinline__ uint32_t ld_shared_u8(uint32_t addr) {
   uint16_t v;
   asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(addr));
   return v;
-}
-__device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
-  uint16_t v;
-  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
-  return v;
-}
-// The low and high bf16 of a word as fp32.
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w)); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w >> 16)); }
-// The power-of-two exponent that puts a largest magnitude m into [2^13, 2^14) (0 for m = 0), clamped so that
-// the scale and its inverse times 2^14 stay normal fp32.
-__device__ __forceinline__ int cc_prescale(float m) {
-  if (!(m > 0.f)) return 0;
-  const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xFF) - 127;
-  const int s = 13 - e;
-  return s < -100 ? -100 : (s > 100 ? 100 : s);
-}
-
-// acc += the 8 codes of word w times x[0..3] (f16x2, k0 k1 .. k6 k7).
-__device__ __forceinline__ uint32_t cc_decode_fma(uint32_t w, uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
-                                                  uint32_t acc) {
-  uint32_t h[4];
-  cc_decode_word(w, h);
-  acc = hfma2(h[0], x0, acc);
-  acc = hfma2(h[1], x1, acc);
-  acc = hfma2(h[2], x2, acc);
-  return hfma2(h[3], x3, acc);
-}
-// Two rows' block sums (f16x2 accumulators a, b: each half a partial sum) -> (sum a, sum b) as f16x2.
-__device__ __forceinline__ uint32_t cc_pair_sum(uint32_t a, uint32_t b) {
-  return hadd2(__byte_perm(a, b, 0x5410), __byte_perm(a, b, 0x7632));
 }
 // One row's block sum times its e4m3 scale (one byte), in fp32.
 __device__ __forceinline__ float cc_row_sum(uint32_t a, uint32_t scale_byte) {
@@ -187,19 +125,9 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
   if (tid < kXBlocks) {
     xb0 = ld_shared_u4(smem_addr(smem) + 32 * tid);
     xb1 = ld_shared_u4(smem_addr(smem) + 32 * tid + 16);
-    const uint32_t w[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      m = fmaxf(m, fmaxf(fabsf(bf16_lo(w[i])), fabsf(bf16_hi(w[i]))));
+    m = cc_max_abs_bf16x16(xb0, xb1, m);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = 0.f;
-#pragma unroll
-  for (int i = 0; i < kNW; ++i) m = fmaxf(m, red[i]);
-  const int ex = cc_prescale(m);
+  const int ex = cc_prescale(cc_cta_max(m, red, kNW));
   if (tid < kXBlocks) {
     const float sx = e4m3_pow2(ex);
     const uint32_t w[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
@@ -228,16 +156,7 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
       a = cc_decode_fma(w.y, x1.x, x1.y, x1.z, x1.w, a);
       return make_float2(cc_row_sum(a, sc), 0.f);
     } else {
-      const uint32_t base = chunk_s + c * kChunkBytes, unit = 32 * warp + lane;
-      const uint4 w = ld_shared_u4(base + 16 * unit);
-      const uint32_t sc = ld_shared_u16(base + kCodeBytes + 2 * unit);
-      const uint4 x0 = ld_shared_u4(xh_s + 16 * (32 * c + lane));
-      const uint4 x1 = ld_shared_u4(xh_s + kXBytes / 2 + 16 * (32 * c + lane));
-      uint32_t ag = cc_decode_fma(w.x, x0.x, x0.y, x0.z, x0.w, 0u);
-      ag = cc_decode_fma(w.y, x1.x, x1.y, x1.z, x1.w, ag);
-      uint32_t au = cc_decode_fma(w.z, x0.x, x0.y, x0.z, x0.w, 0u);
-      au = cc_decode_fma(w.w, x1.x, x1.y, x1.z, x1.w, au);
-      return f16x2_to_f32(hmul2(cc_pair_sum(ag, au), e4m3x2_to_f16x2(sc)));
+      return cc_fc1_unit(chunk_s + c * kChunkBytes, 32 * warp + lane, xh_s, kXBytes / 2, 32 * c + lane);
     }
   };
   for (int c0 = 0; c0 < kChunks1; c0 += kU) {
@@ -296,14 +215,8 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
   resident_stamp(st, 4);
 
   // FC2: the 16 SwiGLU values times 2^eh as f16x2, then thread t's two rows of each chunk.
-  float hm = 0.f;
-#pragma unroll
-  for (int i = 0; i < kCols; ++i) hm = fmaxf(hm, fabsf(red[32 + i]));
-  const int eh = cc_prescale(hm);
-  const float sh = e4m3_pow2(eh);
   uint32_t hv[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) hv[i] = f32x2_to_f16x2(red[32 + 2 * i] * sh, red[33 + 2 * i] * sh);
+  const int eh = cc_row_to_f16x2(red + 32, hv);
   const float unscale2 = e4m3_pow2(14 - eh) * s2e;
   float* yrow = y + static_cast<size_t>(j) * kH;
 #pragma unroll
@@ -327,23 +240,18 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
         *dst = v;
       continue;
     }
-    uint32_t a0 = 0u, a1 = 0u, sc;
+    float2 v;
     if (f < kPre) {  // decoded before the SwiGLU row: the same multiply-adds in the same order
-      sc = pre_sc[f];
+      uint32_t a0 = 0u, a1 = 0u;
 #pragma unroll
       for (int q = 0; q < 8; ++q) {
         a0 = hfma2(pre[f][q], hv[q], a0);
         a1 = hfma2(pre[f][8 + q], hv[q], a1);
       }
+      v = f16x2_to_f32(hmul2(cc_pair_sum(a0, a1), e4m3x2_to_f16x2(pre_sc[f])));
     } else {
-      const uint4 w = ld_shared_u4(base + 16 * tid);
-      sc = ld_shared_u16(base + kCodeBytes + 2 * tid);
-      a0 = cc_decode_fma(w.x, hv[0], hv[1], hv[2], hv[3], 0u);
-      a0 = cc_decode_fma(w.y, hv[4], hv[5], hv[6], hv[7], a0);
-      a1 = cc_decode_fma(w.z, hv[0], hv[1], hv[2], hv[3], 0u);
-      a1 = cc_decode_fma(w.w, hv[4], hv[5], hv[6], hv[7], a1);
+      v = cc_fc2_rows(base, tid, hv);
     }
-    const float2 v = f16x2_to_f32(hmul2(cc_pair_sum(a0, a1), e4m3x2_to_f16x2(sc)));
     float* dst = yrow + kRows2 * f + 2 * tid;
     if (kMode == 0)
       asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(v.x * unscale2), "f"(v.y * unscale2)

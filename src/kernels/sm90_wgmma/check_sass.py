@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the SASS of the sm90 kernels (cuobjdump -sass BINARY | check_sass.py): every kernel has HGMMA (QGMMA,
 its e4m3 form, on the e4m3 tile; both are counted as HGMMA below),
-no local memory (LDL/STL), and no instruction writes an in-flight HGMMA's A or accumulator registers
+no local memory (LDL/STL; also in the resident tactic's CUDA-core kernels, which have no HGMMA by design), and
+no instruction writes an in-flight HGMMA's A or accumulator registers
 (or reads its accumulators) before the WARPGROUP.DEPBAR that retires it, and ptxas has not serialised the
 wgmmas (every HGMMA waited for on its own). RS wgmma reads its A registers asynchronously, so reusing them
 early is a race that only shows under unlucky timing.
@@ -97,6 +98,15 @@ def main():
         serial = hgmma >= 2 and waits_alone == hgmma
         print(f"{n[:110]}: HGMMA {hgmma}, LDL/STL {local}" + (", every HGMMA waited for alone (serialised)" if serial else ""))
         if hgmma == 0 or local != 0 or serial:
+            bad += 1
+    # The resident tactic's kernels (sm90_cc.cu) run their math on the CUDA cores: no HGMMA by design, but
+    # no local memory either.
+    for n, ins in funcs.items():
+        if "cc_resident_kernel" not in n:
+            continue
+        local = sum(1 for i in ins if re.match(r"(@!?U?P\w+\s+)?(LDL|STL)", i))
+        print(f"{n[:110]}: resident (no HGMMA by design), LDL/STL {local}")
+        if local != 0:
             bad += 1
     if not kernels:
         print("no sm90 grouped kernels found")

@@ -6,6 +6,7 @@
 //   codes [E][R][K/2] uint8 (element 2i low nibble), then block scales [E][R][K/16] e4m3fn.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fp4moe/nvfp4.h"
@@ -52,8 +53,17 @@ void pack_e4m3_block_cpu(const PackGeometry& g, const CanonicalView& src, int64_
 std::vector<uint8_t> pack_e4m3_cpu(const GemmProblem& p, const void* canonical);
 float packed_e4m3_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64_t e, int64_t r, int64_t k);
 
+// The kSm90Cc layout (sm90_cc_layout.h) of the resident tactic on the CPU: the whole buffer of one GEMM
+// (FC1: hidden = K, inter = N; FC2: hidden = N, inter = K; hidden a multiple of 1024, inter a
+// multiple of 16). std::invalid_argument naming the problem for any other shape.
+std::vector<uint8_t> pack_cc_cpu(const GemmProblem& p, const void* canonical);
+// Whether the kSm90Cc layout holds the problem's shape; the reason in *why when not.
+bool cc_layout_fits(const GemmProblem& p, std::string* why);
+
 #ifdef FP4MOE_HAVE_CUDA
 size_t packed_bytes(const GemmProblem& p);
+size_t cc_packed_bytes_of(const GemmProblem& p);                                         // kSm90Cc
+Status pack_cc_device(const GemmProblem& p, const void* canonical, void* dst, Stream stream);  // kSm90Cc
 Status pack_device(const GemmProblem& p, const void* canonical, void* dst, Stream stream);
 Status pack_e4m3_device(const GemmProblem& p, const void* canonical, void* dst, Stream stream);  // kSm90E4m3
 #endif

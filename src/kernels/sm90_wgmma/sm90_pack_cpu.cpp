@@ -1,9 +1,13 @@
 // CPU description of the kSm90Interleaved and kSm90E4m3 packs (sm90_layout.h, sm90_e4m3.h) and their
 // inverses, used by the tests to check the device packs byte for byte and to check that the layouts
 // round-trip to the canonical values.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
+#include "kernels/sm90_wgmma/sm90_cc_layout.h"
 #include "kernels/sm90_wgmma/sm90_e4m3.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
 
@@ -112,6 +116,40 @@ float packed_weight_unscaled(const PackGeometry& g, const uint8_t* packed, int64
       (((code >> 2) & 1u) << 8) | (((code >> 1) & 1u) << 7) | ((code & 1u) << 6) | ((code & 8u) ? 0x8000u : 0u)));
   const float scale_val = bf16_bits_to_f32(e5m3u_to_bf16_bits(block[scale_site(p, kk / 16)]));
   return code_val * scale_val * kAccumulatorScale;
+}
+
+bool cc_layout_fits(const GemmProblem& p, std::string* why) {
+  const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
+  const int64_t hidden = fc1 ? p.k : p.n, inter = fc1 ? p.n : p.k;
+  const char* what = nullptr;
+  if (p.num_experts <= 0 || hidden <= 0 || inter <= 0)
+    what = "needs at least one expert and positive N and K";
+  else if (inter % kCcCols != 0)
+    what = fc1 ? "needs N (the SwiGLU width) to be a multiple of 16"
+               : "needs K (the SwiGLU width) to be a multiple of 16";
+  else if (hidden % kCcChunkRows != 0)
+    what = fc1 ? "needs K (the hidden size) to be a multiple of 1024"
+               : "needs N (the hidden size) to be a multiple of 1024";
+  if (what && why) *why = fmt::format("{}, problem is {}", what, p.to_string());
+  return what == nullptr;
+}
+
+std::vector<uint8_t> pack_cc_cpu(const GemmProblem& p, const void* canonical) {
+  std::string why;
+  if (!cc_layout_fits(p, &why)) throw std::invalid_argument("kSm90Cc pack: " + why);
+  const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
+  const int64_t hidden = fc1 ? p.k : p.n, inter = fc1 ? p.n : p.k, E = p.num_experts;
+  const int64_t chunks = fc1 ? cc_fc1_chunks(hidden) : cc_fc2_chunks(hidden);
+  std::vector<uint8_t> out(static_cast<size_t>(cc_packed_bytes(fc1, E, hidden, inter)));
+  const uint8_t* src = static_cast<const uint8_t*>(canonical);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t part = 0; part < inter / kCcCols; ++part)
+      for (int64_t c = 0; c < chunks; ++c) {
+        uint8_t* chunk = out.data() + cc_chunk_offset(fc1, hidden, inter, e, part, c);
+        for (int u = 0; u < kCcUnits; ++u)
+          cc_pack_unit(fc1, src, E, hidden, inter, e, part, c, u, chunk + 16 * u, chunk + kCcCodeBytes + 2 * u);
+      }
+  return out;
 }
 
 }  // namespace sm90

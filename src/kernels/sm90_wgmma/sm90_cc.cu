@@ -1,0 +1,510 @@
+// The sm90 resident tactic (docs/perf.md, sm90 steps 66-67): one token per expert, one CTA per (grouped
+// row, 16 SwiGLU columns), every weight byte of the CTA in flight from its start, the math on the CUDA
+// cores as f16x2, and no CTA waiting for another's result.
+//
+// Why: at one row per expert (the TP8 shard at T = 1: 8 rows of I = 256) the wgmma tiles put the token on
+// one of wgmma's eight N columns and split FC1 by K across CTAs (M = 64 weight rows), so FC2 waited for a
+// publication of FC1's sums: the chain measured 20.2 us against an 8.5 us target. Step 66's probe
+// (tests/sm90/resident_cc.cu) gave each CTA whole SwiGLU columns over all of K and reached 10.7 us with
+// its output's memset. This tactic is that design made general (any row count, hidden a multiple of 1024,
+// inter a multiple of 16, up to 1024 experts, the folded last expert) with two changes:
+//   - the grid is rows x parts: CTA (r, p) finds row r's expert in the offsets (one round trip: a warp's
+//     lanes read all the bounds at once and count those at or below r) and leaves at once when r is past
+//     offsets[E];
+//   - FC2's partial rows are added into an fp32 row of the workspace (red.global.add.v2.f32) and the
+//     last of the row's CTAs to arrive (a counter per row) converts it to bf16 and zeroes it and the
+//     counter again, so the launch needs no memset and leaves the workspace zero. The fp32 sum's order
+//     varies from launch to launch, so FC2's output may differ in the last bf16 bit between launches.
+// Per CTA (512 threads, 16 warps):
+//   FC1: the token's bf16 row and hidden / 512 chunks of 9,216 bytes; warp w takes SwiGLU column 16p + w
+//        (its gate and up rows), lane l the chunk's k16 block l; the token is scaled by a power of two into
+//        [2^13, 2^14) and stored as f16; a block's 16 products sum in f16x2 (at most 96 in magnitude), are
+//        multiplied by the block's e4m3 scale in f16 (at most 43,008 < 65,504) and added in fp32.
+//   FC2: hidden / 1024 chunks; thread t takes output rows 2t and 2t + 1 of a chunk over the part's k16 block
+//        (the 16 SwiGLU values, likewise scaled into [2^13, 2^14) as f16).
+//   The bytes of each chunk and the decode: sm90_cc_layout.h.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "common/pdl_launch.h"
+#include "fp4moe/dtype.h"
+#include "kernels/families.h"
+#include "kernels/sm90_wgmma/sm90_cc.h"
+#include "kernels/sm90_wgmma/sm90_cc_layout.h"
+#include "kernels/sm90_wgmma/sm90_cc_math.cuh"
+#include "kernels/sm90_wgmma/sm90_e4m3.h"
+#include "kernels/sm90_wgmma/sm90_pack.h"
+#include "kernels/sm90_wgmma/sm90_ptx.cuh"
+
+namespace fp4moe {
+namespace sm90 {
+
+namespace {
+
+// What a launch runs: FC1 alone (SwiGLU rows out), FC2 alone (FC1's rows in), or both (the chain).
+enum CcMode : int { kCcFc1 = 1, kCcFc2 = 2, kCcChain = 3 };
+
+struct CcParams {
+  const int32_t* offsets = nullptr;      // [E + 1]
+  const uint16_t* a = nullptr;           // FC1 (and the chain): token rows; FC2 alone: FC1's output rows
+  const int32_t* a_row_index = nullptr;  // or null: grouped row r reads row a_row_index[r] of a
+  int64_t a_ld = 0;
+  const uint8_t* w1 = nullptr;           // FC1, kSm90Cc; the last expert's own buffer or null
+  const float* s1 = nullptr;             // [E][2]
+  const uint8_t* w1_last = nullptr;
+  const float* s1_last = nullptr;        // [2]
+  const uint8_t* w2 = nullptr;           // FC2, kSm90Cc
+  const float* s2 = nullptr;             // [E]
+  const uint8_t* w2_last = nullptr;
+  const float* s2_last = nullptr;        // [1]
+  uint16_t* h = nullptr;                 // FC1's output [rows, inter] (FC1, chain)
+  uint16_t* y = nullptr;                 // FC2's output [rows, hidden] (FC2, chain)
+  int* counters = nullptr;               // [rows], zero at rest (FC2, chain)
+  float* acc = nullptr;                  // [rows, hidden] fp32, zero at rest (FC2, chain)
+  int experts = 0, hidden = 0, inter = 0, parts = 0;
+};
+
+// *p += v at GPU scope with acquire-release semantics; the old value.
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+// Row r's expert: e with offsets[e] <= r < offsets[e + 1] (offsets[0] = 0, non-decreasing), or -1 when r is
+// past offsets[E]. Warp-wide (all 32 lanes), E <= 1024. The bounds are non-decreasing, so e is the number of
+// experts whose upper bound offsets[e' + 1] is <= r (E when r is past offsets[E]): lane l counts experts
+// 32j + l over j = 0..31, all 32 loads unconditional (the index clamped to offsets[E], counted only below E)
+// and independent, so the lookup costs one round trip to L2; then the warp sums the counts.
+__device__ __forceinline__ int cc_find_expert(const int32_t* __restrict__ off, int E, int r, int lane) {
+  int below = 0;
+#pragma unroll
+  for (int j = 0; j < kCcMaxExperts / 32; ++j) {
+    const int e = 32 * j + lane;
+    const int bound = off[min(e + 1, E)];
+    below += e < E && bound <= r ? 1 : 0;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) below += __shfl_xor_sync(0xFFFFFFFFu, below, o);
+  return below < E ? below : -1;
+}
+
+template <int kMode>
+__global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
+  constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int H = prm.hidden, I = prm.inter;
+  const int n1 = kFc1 ? H / kCcChunkK : 0, n2 = kFc2 ? H / kCcChunkRows : 0, nch = n1 + n2;
+  const int row = static_cast<int>(blockIdx.x / prm.parts), p = static_cast<int>(blockIdx.x % prm.parts);
+  // Shared memory: [the token bf16 (2H), its f16 copy (2H)] where FC1 runs, the chunks, nch + 1 barriers,
+  // the reduction floats (cc_smem_bytes).
+  uint8_t* chunks = smem + (kFc1 ? 4 * H : 0);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(chunks + nch * kCcChunkBytes);
+  float* red = reinterpret_cast<float*>(bars + nch + 1);
+  int* red_i = reinterpret_cast<int*>(red);
+
+  pdl_wait();  // the offsets, the rows and the workspace come from earlier kernels of the stream
+  if (warp == 0) {
+    const int e = cc_find_expert(prm.offsets, prm.experts, row, lane);
+    if (lane == 0) red_i[0] = e;
+  } else if (warp == 1 && lane == 0) {  // beside the lookup (the index has total_rows entries, all readable)
+    red_i[1] = prm.a_row_index != nullptr ? prm.a_row_index[row] : row;
+  }
+  __syncthreads();
+  const int e = red_i[0], src = red_i[1];
+  if (e < 0) return;  // a row past offsets[E]: nothing to do, nothing issued
+  const bool last = e == prm.experts - 1;
+  // The weights and tensor scales of expert e (the last expert's from their own buffers where given).
+  const bool own1 = last && prm.w1_last != nullptr, own2 = last && prm.w2_last != nullptr;
+  const float sg = kFc1 ? (own1 ? prm.s1_last[0] : prm.s1[2 * e]) : 0.f;
+  const float su = kFc1 ? (own1 ? prm.s1_last[1] : prm.s1[2 * e + 1]) : 0.f;
+  const float s2e = kFc2 ? (own2 ? prm.s2_last[0] : prm.s2[e]) : 0.f;
+  const uint8_t* src1 =
+      kFc1 ? (own1 ? prm.w1_last : prm.w1) + cc_chunk_offset(true, H, I, own1 ? 0 : e, p, 0) : nullptr;
+  const uint8_t* src2 =
+      kFc2 ? (own2 ? prm.w2_last : prm.w2) + cc_chunk_offset(false, H, I, own2 ? 0 : e, p, 0) : nullptr;
+  const uint16_t* arow = prm.a + static_cast<int64_t>(src) * prm.a_ld;
+  if (tid == 0) {
+    for (int c = 0; c <= nch; ++c) mbar_init(&bars[c], 1);
+    fence_barrier_init();
+    if (kFc1) {
+      mbar_arrive_expect_tx(&bars[nch], 2 * H);
+      bulk_copy_g2s(smem, arow, 2 * H, &bars[nch], policy_evict_normal());
+    }
+    const uint64_t policy = policy_evict_first();  // each weight byte is read once
+    for (int c = 0; c < n1; ++c) {
+      mbar_arrive_expect_tx(&bars[c], kCcChunkBytes);
+      bulk_copy_g2s(chunks + c * kCcChunkBytes, src1 + static_cast<int64_t>(c) * kCcChunkBytes, kCcChunkBytes,
+                    &bars[c], policy);
+    }
+    for (int f = 0; f < n2; ++f) {
+      mbar_arrive_expect_tx(&bars[n1 + f], kCcChunkBytes);
+      bulk_copy_g2s(chunks + (n1 + f) * kCcChunkBytes, src2 + static_cast<int64_t>(f) * kCcChunkBytes,
+                    kCcChunkBytes, &bars[n1 + f], policy);
+    }
+  }
+  __syncthreads();  // the barriers initialised; red_i read by every thread
+
+  if constexpr (kFc1) {
+    // The token: its largest magnitude, then the f16 copy times 2^ex (block kb's k 0..7 at 16 kb, its
+    // k 8..15 at H + 16 kb, so that a warp's 32 lanes read 512 contiguous bytes).
+    const uint32_t x_s = smem_addr(smem), xh_s = smem_addr(smem + 2 * H);
+    mbar_wait(&bars[nch], 0);
+    float m = 0.f;
+    for (int b = tid; b < H / 16; b += kCcThreads)
+      m = cc_max_abs_bf16x16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), m);
+    const int ex = cc_prescale(cc_cta_max(m, red, kCcThreads / 32));
+    const float sx = e4m3_pow2(ex);
+    for (int b = tid; b < H / 16; b += kCcThreads) {
+      const uint4 v0 = ld_shared_u4(x_s + 32 * b), v1 = ld_shared_u4(x_s + 32 * b + 16);
+      const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      uint32_t hx[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) hx[i] = f32x2_to_f16x2(bf16_lo(w[i]) * sx, bf16_hi(w[i]) * sx);
+      *reinterpret_cast<uint4*>(smem + 2 * H + 16 * b) = make_uint4(hx[0], hx[1], hx[2], hx[3]);
+      *reinterpret_cast<uint4*>(smem + 3 * H + 16 * b) = make_uint4(hx[4], hx[5], hx[6], hx[7]);
+    }
+    __syncthreads();  // the f16 token written; red[] free again
+
+    // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32.
+    const uint32_t chunk_s = smem_addr(chunks);
+    float accg = 0.f, accu = 0.f;
+    for (int c = 0; c < n1; ++c) {
+      mbar_wait(&bars[c], 0);
+      const float2 gu = cc_fc1_unit(chunk_s + c * kCcChunkBytes, 32 * warp + lane, xh_s, H, 32 * c + lane);
+      accg += gu.x;
+      accu += gu.y;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
+      accu += __shfl_xor_sync(0xFFFFFFFFu, accu, o);
+    }
+    // SwiGLU as the reference computes it (reference.h R3), rounded to bf16 as FC1's output is.
+    if (lane == 0) {
+      const float unscale = e4m3_pow2(14 - ex);
+      const float g = accg * unscale * sg, u = accu * unscale * su;
+      const float hv = __fdividef(g, 1.0f + __expf(-g)) * u;  // fast forms: h is rounded to bf16 next
+      const uint16_t rounded = f32_to_bf16_bits(hv);
+      prm.h[static_cast<int64_t>(row) * I + kCcCols * p + warp] = rounded;
+      red[32 + warp] = bf16_bits_to_f32(rounded);
+    }
+  } else {
+    // FC2 alone: the part's 16 SwiGLU values from FC1's output row.
+    if (tid < kCcCols) red[32 + tid] = bf16_bits_to_f32(arow[kCcCols * p + tid]);
+  }
+
+  if constexpr (kFc2) {
+    __syncthreads();  // the 16 SwiGLU values in red[32..47]
+    uint32_t hv[8];
+    const int eh = cc_row_to_f16x2(red + 32, hv);
+    const float unscale2 = e4m3_pow2(14 - eh) * s2e;
+    float* acc_row = prm.acc + static_cast<int64_t>(row) * H;
+    const uint32_t chunk_s = smem_addr(chunks);
+    for (int f = 0; f < n2; ++f) {
+      mbar_wait(&bars[n1 + f], 0);
+      const float2 v = cc_fc2_rows(chunk_s + (n1 + f) * kCcChunkBytes, tid, hv);
+      float* dst = acc_row + kCcChunkRows * f + 2 * tid;
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(v.x * unscale2), "f"(v.y * unscale2)
+                   : "memory");
+    }
+    // The row's last CTA to arrive converts the fp32 row to bf16 and zeroes it and the counter: every
+    // thread's adds fenced at GPU scope (acq_rel, not the sequentially consistent fence __threadfence
+    // compiles to), the CTA's barrier, then thread 0's count as an acquire-release atomic (its release
+    // covers the CTA's adds through the barrier; its acquire, with the barrier after it, orders the last
+    // CTA's reads after every other CTA's adds).
+    fence_acq_rel_gpu();
+    __syncthreads();
+    if (tid == 0) red_i[0] = atomic_add_acq_rel_gpu(prm.counters + row, 1);
+    __syncthreads();
+    if (red_i[0] == prm.parts - 1) {
+      fence_acq_rel_gpu();
+      uint16_t* y_row = prm.y + static_cast<int64_t>(row) * H;
+      // Four float4 a thread in flight at once (hidden 8192 in one round trip to L2), then their stores.
+      constexpr int kLoads = 4, kStride = 4 * kCcThreads;
+      for (int i0 = 4 * tid; i0 < H; i0 += kLoads * kStride) {
+        float4 v[kLoads];
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j)
+          if (i0 + j * kStride < H) v[j] = __ldcg(reinterpret_cast<const float4*>(acc_row + i0 + j * kStride));
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) {
+          const int i = i0 + j * kStride;
+          if (i >= H) break;
+          const uint32_t lo = uint32_t(f32_to_bf16_bits(v[j].x)) | uint32_t(f32_to_bf16_bits(v[j].y)) << 16;
+          const uint32_t hi = uint32_t(f32_to_bf16_bits(v[j].z)) | uint32_t(f32_to_bf16_bits(v[j].w)) << 16;
+          *reinterpret_cast<uint2*>(y_row + i) = make_uint2(lo, hi);
+          __stcg(reinterpret_cast<float4*>(acc_row + i), make_float4(0.f, 0.f, 0.f, 0.f));
+        }
+      }
+      if (tid == 0) prm.counters[row] = 0;
+    }
+  }
+}
+
+using CcKernel = void (*)(CcParams);
+CcKernel cc_kernel(int mode) {
+  switch (mode) {
+    case kCcFc1: return &sm90_cc_resident_kernel<kCcFc1>;
+    case kCcFc2: return &sm90_cc_resident_kernel<kCcFc2>;
+    default: return &sm90_cc_resident_kernel<kCcChain>;
+  }
+}
+
+Status cuda_status(cudaError_t err, const char* what, const std::string& tactic) {
+  if (err == cudaSuccess) return Status::ok();
+  return Status(StatusCode::kCudaError, fmt::format("{}: {} failed: {}", tactic, what, cudaGetErrorString(err)));
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The kSm90Cc device pack: one thread per unit (16 code bytes, 2 scale bytes), through cc_pack_unit, the
+// function the CPU pack calls too.
+__global__ void cc_pack_kernel(bool fc1, const uint8_t* __restrict__ canonical, int64_t experts, int64_t hidden,
+                               int64_t inter, uint8_t* __restrict__ dst, int64_t units) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= units) return;
+  const int64_t chunks = fc1 ? cc_fc1_chunks(hidden) : cc_fc2_chunks(hidden), parts = inter / kCcCols;
+  const int unit = static_cast<int>(i % kCcUnits);
+  const int64_t chunk = (i / kCcUnits) % chunks, part = (i / kCcUnits / chunks) % parts,
+                e = i / kCcUnits / chunks / parts;
+  uint8_t* base = dst + cc_chunk_offset(fc1, hidden, inter, e, part, chunk);
+  uint8_t codes[16], scales[2];
+  cc_pack_unit(fc1, canonical, experts, hidden, inter, e, part, chunk, unit, codes, scales);
+  uint4 v;
+  memcpy(&v, codes, 16);
+  *reinterpret_cast<uint4*>(base + 16 * unit) = v;
+  base[kCcCodeBytes + 2 * unit] = scales[0];
+  base[kCcCodeBytes + 2 * unit + 1] = scales[1];
+}
+
+class Sm90CcTactic final : public GroupedGemmTactic {
+ public:
+  explicit Sm90CcTactic(const TacticDesc& d) : desc_(d) {}
+  const TacticDesc& desc() const override { return desc_; }
+
+  TacticCheck check(const GemmProblem& p, const DeviceCaps& caps) const override {
+    return check_cc_tactic(desc_, p, caps);
+  }
+
+  Status init(const GemmProblem& p) override {
+    (void)p;
+    int dev = 0;
+    Status s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice", desc_.name);
+    if (s) s = cuda_status(cudaDeviceGetAttribute(&smem_limit_, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                           "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", desc_.name);
+    // Every launch sizes its own shared memory (cc_smem_bytes of its hidden size): the limit is raised to
+    // what the device allows beside the kernels' static shared memory, once, and run() refuses a problem
+    // past it.
+    int limit = smem_limit_;
+    for (int mode : {kCcFc1, kCcFc2, kCcChain}) {
+      cudaFuncAttributes attr{};
+      if (s) s = cuda_status(cudaFuncGetAttributes(&attr, cc_kernel(mode)), "cudaFuncGetAttributes", desc_.name);
+      if (s) limit = std::min(limit, smem_limit_ - static_cast<int>(attr.sharedSizeBytes));
+    }
+    for (int mode : {kCcFc1, kCcFc2, kCcChain})
+      if (s)
+        s = cuda_status(cudaFuncSetAttribute(cc_kernel(mode), cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+                        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
+    smem_limit_ = limit;
+    if (!s) smem_limit_ = 0;
+    return s;
+  }
+
+  // A counter per row (16-byte aligned), then an fp32 row of hidden floats per row: FC2's (and the chain's)
+  // partial sums. Zero at rest: every launch leaves it zero.
+  size_t workspace_bytes(const GemmProblem& p) const override {
+    const int64_t hidden = p.op == GemmOp::kFc1SwiGlu ? p.k : p.n, rows = std::max<int64_t>(p.total_rows, 0);
+    return static_cast<size_t>(counters_bytes(rows) + rows * hidden * 4);
+  }
+
+  bool can_chain() const override { return true; }
+
+  Status run(const GroupedGemmArgs& args, Stream stream) const override {
+    if (args.routing)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) is not supported",
+                                desc_.name));
+    const bool fc1 = args.problem.op == GemmOp::kFc1SwiGlu;
+    CcParams prm;
+    Status st = fill(args, fc1, &prm);
+    if (!st || args.problem.total_rows == 0) return st;
+    if (!fc1) {
+      if ((st = bind_workspace(args)), !st) return st;
+      prm.y = args.out;
+      prm.counters = counters(args);
+      prm.acc = acc(args);
+    }
+    return launch(fc1 ? kCcFc1 : kCcFc2, prm, args.problem, stream);
+  }
+
+  Status run_chained(const GroupedGemmArgs& a1, const GroupedGemmArgs& a2, Stream stream) const override {
+    const GemmProblem &p1 = a1.problem, &p2 = a2.problem;
+    if (p1.op != GemmOp::kFc1SwiGlu || p2.op != GemmOp::kFc2 || p1.num_experts != p2.num_experts ||
+        p1.total_rows != p2.total_rows || a1.expert_offsets != a2.expert_offsets || a2.a != a1.out ||
+        a2.a_row_index != nullptr || p2.k != p1.n || p2.n != p1.k || a2.a_ld != p1.n)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: a chained launch needs FC1 {} then FC2 {} over the same experts, offsets and "
+                                "rows, FC2 reading FC1's output contiguously (a = FC1's out, a_ld = K = FC1's N) "
+                                "and writing FC1's K columns",
+                                desc_.name, p1.to_string(), p2.to_string()));
+    if (a1.routing)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) is not supported",
+                                desc_.name));
+    CcParams prm, prm2;
+    Status st = fill(a1, true, &prm);
+    if (st) st = fill(a2, false, &prm2);
+    if (!st || p1.total_rows == 0) return st;
+    if ((st = bind_workspace(a1)), !st) return st;
+    prm.w2 = prm2.w2;
+    prm.s2 = prm2.s2;
+    prm.w2_last = prm2.w2_last;
+    prm.s2_last = prm2.s2_last;
+    prm.y = a2.out;
+    prm.counters = counters(a1);
+    prm.acc = acc(a1);
+    return launch(kCcChain, prm, p1, stream);
+  }
+
+ private:
+  static int64_t counters_bytes(int64_t rows) { return (rows * 4 + 15) / 16 * 16; }
+  static int* counters(const GroupedGemmArgs& a) { return static_cast<int*>(a.workspace); }
+  static float* acc(const GroupedGemmArgs& a) {
+    return reinterpret_cast<float*>(static_cast<uint8_t*>(a.workspace) + counters_bytes(a.problem.total_rows));
+  }
+
+  Status bind_workspace(const GroupedGemmArgs& a) const {
+    if (!a.workspace || !aligned16(a.workspace))
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: FC2 needs the 16-byte aligned workspace (its fp32 rows and row counters, "
+                                "{} bytes)",
+                                desc_.name, workspace_bytes(a.problem)));
+    return Status::ok();
+  }
+
+  // One GEMM's arguments checked and its half of the kernel parameters filled.
+  Status fill(const GroupedGemmArgs& args, bool fc1, CcParams* out) const {
+    const GemmProblem& p = args.problem;
+    if (smem_limit_ == 0)
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: run() before init()", desc_.name));
+    std::string why;
+    if (!cc_layout_fits(p, &why) || p.num_experts > kCcMaxExperts || p.total_rows < 0 ||
+        p.total_rows * (fc1 ? p.n : p.k) / kCcCols >= (int64_t(1) << 31))
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: unsupported problem {}{}", desc_.name, p.to_string(),
+                                why.empty() ? "" : ": " + why));
+    const int64_t hidden = fc1 ? p.k : p.n;
+    if (args.a_ld % 8 != 0 || args.a_ld < p.k || !aligned16(args.a) || !aligned16(args.weights) ||
+        !aligned16(args.last_expert_weights) || !aligned16(args.out))
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: needs 16-byte aligned activations, weights and output and a_ld a multiple of 8 "
+                                "elements >= K (a_ld {}, K {})",
+                                desc_.name, args.a_ld, p.k));
+    if ((args.last_expert_weights == nullptr) != (args.last_expert_scales == nullptr))
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: the last expert's own weights and tensor scales come both or neither",
+                                desc_.name));
+    if (p.total_rows > 0 && (!args.expert_offsets || !args.a || !args.weights || !args.tensor_scales || !args.out))
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: offsets, activations, weights, tensor scales and output are all required",
+                                desc_.name));
+    CcParams& prm = *out;
+    prm.offsets = args.expert_offsets;
+    prm.a = args.a;
+    prm.a_row_index = args.a_row_index;
+    prm.a_ld = args.a_ld;
+    if (fc1) {
+      prm.w1 = static_cast<const uint8_t*>(args.weights);
+      prm.s1 = args.tensor_scales;
+      prm.w1_last = static_cast<const uint8_t*>(args.last_expert_weights);
+      prm.s1_last = args.last_expert_scales;
+      prm.h = args.out;
+    } else {
+      prm.w2 = static_cast<const uint8_t*>(args.weights);
+      prm.s2 = args.tensor_scales;
+      prm.w2_last = static_cast<const uint8_t*>(args.last_expert_weights);
+      prm.s2_last = args.last_expert_scales;
+    }
+    prm.experts = static_cast<int>(p.num_experts);
+    prm.hidden = static_cast<int>(hidden);
+    prm.inter = static_cast<int>(fc1 ? p.n : p.k);
+    prm.parts = prm.inter / kCcCols;
+    return Status::ok();
+  }
+
+  // rows x parts CTAs of kCcThreads, with the launch's shared memory.
+  Status launch(int mode, const CcParams& prm, const GemmProblem& p, Stream stream) const {
+    const int64_t smem = cc_smem_bytes(mode & kCcFc1, mode & kCcFc2, prm.hidden);
+    if (smem > smem_limit_)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: {} needs {} bytes of shared memory per block, the device allows {}", desc_.name,
+                                p.to_string(), smem, smem_limit_));
+    const dim3 grid(static_cast<unsigned>(p.total_rows * prm.parts));
+    return cuda_status(launch_pdl(cc_kernel(mode), grid, dim3(kCcThreads), static_cast<size_t>(smem),
+                                  reinterpret_cast<cudaStream_t>(stream), prm),
+                       "kernel launch", desc_.name);
+  }
+
+  TacticDesc desc_;
+  int smem_limit_ = 0;
+};
+
+size_t cc_bytes(const GemmProblem& p) { return cc_packed_bytes_of(p); }
+
+const WeightLayoutOps kSm90CcLayoutOps = {WeightLayout::kSm90Cc, &cc_bytes, &pack_cc_device};
+
+}  // namespace
+
+size_t cc_packed_bytes_of(const GemmProblem& p) {
+  const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
+  return static_cast<size_t>(cc_packed_bytes(fc1, p.num_experts, fc1 ? p.k : p.n, fc1 ? p.n : p.k));
+}
+
+Status pack_cc_device(const GemmProblem& p, const void* canonical, void* dst, Stream stream) {
+  std::string why;
+  if (!cc_layout_fits(p, &why)) return Status(StatusCode::kInvalidArgument, "kSm90Cc pack: " + why);
+  if (!canonical || !dst)
+    return Status(StatusCode::kInvalidArgument, fmt::format("kSm90Cc pack ({}): null pointer", p.to_string()));
+  const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
+  const int64_t units = static_cast<int64_t>(cc_packed_bytes_of(p)) / kCcChunkBytes * kCcUnits;
+  constexpr int kBlock = 256;
+  const int64_t blocks = (units + kBlock - 1) / kBlock;
+  if (blocks >= (int64_t(1) << 31))
+    return Status(StatusCode::kInvalidArgument, fmt::format("kSm90Cc pack: {} is too large", p.to_string()));
+  cc_pack_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+      fc1, static_cast<const uint8_t*>(canonical), p.num_experts, fc1 ? p.k : p.n, fc1 ? p.n : p.k,
+      static_cast<uint8_t*>(dst), units);
+  return cuda_status(cudaGetLastError(), "cc_pack_kernel launch", "kSm90Cc pack");
+}
+
+Status cc_kernel_resources(cudaFuncAttributes* out) {
+  cudaFuncAttributes a{};
+  *out = cudaFuncAttributes{};
+  for (int mode : {kCcFc1, kCcFc2, kCcChain}) {
+    const Status st = cuda_status(cudaFuncGetAttributes(&a, cc_kernel(mode)), "cudaFuncGetAttributes", "sm90 cc");
+    if (!st) return st;
+    if (mode == kCcFc1) *out = a;
+    out->numRegs = std::max(out->numRegs, a.numRegs);
+    out->localSizeBytes = std::max(out->localSizeBytes, a.localSizeBytes);
+  }
+  return Status::ok();
+}
+
+}  // namespace sm90
+
+void append_sm90_cc_tactics(std::vector<std::unique_ptr<GroupedGemmTactic>>& out) {
+  std::vector<TacticDesc> descs;
+  append_sm90_cc_tactic_descs(descs);
+  for (const TacticDesc& d : descs) out.push_back(std::make_unique<sm90::Sm90CcTactic>(d));
+}
+
+const WeightLayoutOps* sm90_cc_weight_layout_ops() { return &sm90::kSm90CcLayoutOps; }
+
+}  // namespace fp4moe

@@ -1,0 +1,33 @@
+// The sm90 resident tactic's host side beyond the GroupedGemmTactic interface (sm90_cc.cu; its layout:
+// sm90_cc_layout.h): the preflight its descriptor alone cannot express, and (CUDA builds) its kernels'
+// resources for the tests.
+#pragma once
+#include "fp4moe/device_caps.h"
+#include "fp4moe/tactic.h"
+
+#ifdef FP4MOE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "fp4moe/status.h"
+#endif
+
+namespace fp4moe {
+namespace sm90 {
+
+// The stable name of the resident tactic: 32 weight rows (16 gate + 16 up) a CTA, one token, FC1 chunks
+// of K 512, math on the CUDA cores.
+constexpr const char* kCcTacticName = "sm90.w4f16.m32n1k512.cc";
+
+// check_tactic on the descriptor, then what depends on the problem: the kSm90Cc layout's shape (hidden a
+// multiple of 1024, the SwiGLU width a multiple of 16), at most kCcMaxExperts experts, 2^31 CTAs, and the
+// chained launch's shared memory at this hidden size (cc_smem_bytes) within the device's per-block limit (FC1
+// or FC2 alone needs less; the chain, the tactic's use, is what is checked for either).
+TacticCheck check_cc_tactic(const TacticDesc& desc, const GemmProblem& p, const DeviceCaps& caps);
+
+#ifdef FP4MOE_HAVE_CUDA
+// The larger registers and local memory of the tactic's three kernels (FC1, FC2, chain).
+Status cc_kernel_resources(cudaFuncAttributes* out);
+#endif
+
+}  // namespace sm90
+}  // namespace fp4moe
