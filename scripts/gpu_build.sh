@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the GPU binaries (the fp4moe CLI and every test labelled "gpu") in build-gpu and stages stripped
-# copies in .gpubuild/ (git-ignored) so they travel to a GPU machine within a small carry budget; also
-# packs them into .gpubuild.tar.xz (a quarter of the size), which scripts/gpu_check.sh unpacks when
-# .gpubuild/ is absent.
+# Builds the GPU binaries (the fp4moe CLI, the sm90 microbenchmark and every test labelled "gpu") in build-gpu
+# and stages stripped copies in .gpubuild/ (git-ignored) so they travel to a GPU machine within a small carry
+# budget; also packs them into .gpubuild.tar.xz (a quarter of the size), which scripts/gpu_check.sh unpacks
+# when .gpubuild/ is absent.
 # The portable family is compiled for sm_90 only here (FP4MOE_PORTABLE_GENCODE) to keep the binaries
 # small; the sm_90a family keeps its own flags. Usage: scripts/gpu_build.sh [BUILD_DIR]  (JOBS=N to
 # set the parallelism, default 2).
@@ -28,15 +28,18 @@ for t in json.load(sys.stdin).get("tests", []):
     elif not os.path.basename(cmd[0]).startswith("python"):
         print(os.path.basename(cmd[0]))
 ')
-targets=(fp4moe_cli "${names[@]}")
+targets=(fp4moe_cli bench_sm90 "${names[@]}")
 echo "building: ${targets[*]}"
 # Keep going past a test that does not compile: it is reported as not built, the rest is staged.
 cmake --build "$build" --target fp4moe_cli -j "$jobs"
+# The sm90 microbenchmark (scripts/gpu_check.sh STEPS=sm90); a build without the sm90 family has none.
+cmake --build "$build" --target bench_sm90 -j "$jobs" || echo "warning: bench_sm90 did not build"
 cmake --build "$build" --target "${names[@]}" -j "$jobs" -- -k 0 || echo "warning: some gpu test targets failed to build"
 
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/tests"
 cp "$build/tools/fp4moe/fp4moe" "$stage/bin/fp4moe"
+[ ! -x "$build/tests/sm90/bench_sm90" ] || cp "$build/tests/sm90/bench_sm90" "$stage/bin/bench_sm90"
 # Manifest, one test per line: "bin NAME" (staged in tests/) or "py SCRIPT ARGS..." (paths relative to the
 # repository; @FP4MOE@ stands for the staged CLI).
 gpu_tests_json | python3 -c '

@@ -14,7 +14,8 @@
 #   BENCH_ARGS="..." extra options for every `fp4moe bench` of the check (e.g. --extra-layouts);
 #   TEST_TIMEOUT / SANITIZER_TIMEOUT / BENCH_TIMEOUT, in seconds, bound each step so a hang cannot eat
 #   the run: a step that runs out of time is reported as TIMEOUT; STEPS=tests,sanitize,bench (the default: all
-#   three) runs only the steps named, e.g. STEPS=bench to re-time binaries whose tests already passed)
+#   three) runs only the steps named, e.g. STEPS=bench to re-time binaries whose tests already passed; the
+#   step sm90, never a default, runs bench_sm90 --tp8 and the resident tactic's TP8 forward A/B, step 5)
 set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,10 +24,14 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 steps=",${STEPS:-tests,sanitize,bench},"
 for st in ${steps//,/ }; do
-  case "$st" in tests | sanitize | bench) ;; *) echo "STEPS: unknown step '$st' (expected tests, sanitize, bench)"; exit 2 ;; esac
+  case "$st" in
+    tests | sanitize | bench | sm90) ;;
+    *) echo "STEPS: unknown step '$st' (expected tests, sanitize, bench, sm90)"; exit 2 ;;
+  esac
 done
 want() { [[ "$steps" == *",$1,"* ]]; }
-want tests || want sanitize || want bench || { echo "STEPS='${STEPS:-}' names no step (expected tests, sanitize, bench)"; exit 2; }
+want tests || want sanitize || want bench || want sm90 ||
+  { echo "STEPS='${STEPS:-}' names no step (expected tests, sanitize, bench, sm90)"; exit 2; }
 
 if [ ! -x "$stage/bin/fp4moe" ] && [ -f "$root/.gpubuild.tar.xz" ]; then
   tar -C "$root" -xJf "$root/.gpubuild.tar.xz" || { echo "could not unpack $root/.gpubuild.tar.xz"; exit 1; }
@@ -185,6 +190,40 @@ for shard in "tp ${BENCH_TP:-8}" "ep ${BENCH_EP:-8}"; do
     note "fp4moe bench --$kind $n: FAIL rc=$rc"
   fi
 done
+
+# 5. (STEPS=sm90 only, not in the default) the issue's TP8 GEMM measurement and the resident tactic's A/B:
+#    bench_sm90 --tp8 (every sm90 tactic per T, pair and chain, against the read ceiling of the same run;
+#    SM90_TOKENS, default 1,8,32,128), then the TP8 shard's forward at T = 1 without the resident tactic, with
+#    it (FP4MOE_SM90_CC=1; the shared expert folded in: 144 CTAs on 132 SMs) and with it but the shared expert
+#    on the side stream (FP4MOE_FOLD_SHARED=0), all with --extra-layouts (docs/perf.md, sm90 step 67).
+if want sm90; then
+  if [ -x "$stage/bin/bench_sm90" ]; then
+    timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/bench_sm90" --tp8 --tokens "${SM90_TOKENS:-1,8,32,128}" \
+      --iters 20 >"$out/bench_sm90_tp8.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      note "bench_sm90 --tp8: done"
+      while read -r line; do note "  $line"; done < <(grep -E "best pair|best chain" "$out/bench_sm90_tp8.log")
+    else
+      status=1
+      note "bench_sm90 --tp8: FAIL rc=$rc (see bench_sm90_tp8.log)"
+    fi
+  else
+    status=1
+    note "bench_sm90: not staged (scripts/gpu_build.sh stages it)"
+  fi
+  for v in "0 1" "1 1" "1 0"; do
+    read -r cc fold <<<"$v"
+    d="$out/bench_tp8_cc${cc}_fold$fold"
+    mkdir -p "$d"
+    FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_PRINT_TACTICS=1 timeout -k 10 "${BENCH_TIMEOUT:-180}" \
+      "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts --dump-dir "$d" \
+      >"$d.log" 2>&1
+    rc=$?
+    what="fp4moe bench --tp 8 --tokens 1, FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold"
+    if [ $rc -eq 0 ]; then note "$what: done"; else status=1; note "$what: FAIL rc=$rc"; fi
+  done
+fi
 
 {
   echo "== fp4moe GPU check ($(cat "$stage/revision.txt" 2>/dev/null)) =="

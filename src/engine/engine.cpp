@@ -134,13 +134,15 @@ class CudaMoeEngine final : public MoeEngine {
     // fp32 rows grow with the rows it may run, and it runs only one-token buckets.
     std::map<GroupedGemmTactic*, int64_t> largest_bucket;
     auto choose = [&](const DeviceGemmWeights& g, int64_t rows, int64_t expected, int64_t max_rows,
-                      const std::string& forced, const std::string& tuned, bool one_token_ok = true) {
+                      const std::string& forced, const std::string& tuned, bool one_token_ok = true,
+                      bool resident_here = true) {
       GroupedGemmTactic* t = nullptr;
       std::string note;
       TacticRequest req{forced, tuned, opts_.excluded_tactics};
       if (forced.empty() && !(one_token_ok && one_token_layout_ok))
         req.excluded.insert(req.excluded.end(), one_token.begin(), one_token.end());
-      if (forced.empty() && !resident_ok) req.excluded.insert(req.excluded.end(), resident.begin(), resident.end());
+      if (forced.empty() && !(resident_ok && resident_here))
+        req.excluded.insert(req.excluded.end(), resident.begin(), resident.end());
       const GemmProblem p = sized(g.shape, expected, max_rows);
       Status st = choose_tactic(p, caps_, req, &t, &note);
       if (!st.is_ok()) throw Error(st.code(), st.message());
@@ -205,8 +207,10 @@ class CudaMoeEngine final : public MoeEngine {
       }
       bt.chain = chain_wanted && bt.fc1 == bt.fc2 && bt.fc1->can_chain();
       if (shared_nvfp4) {
-        bt.shared_fc1 = choose(w_.shared_fc1, b, b, b, opts_.fc1_tactic, "");
-        bt.shared_fc2 = choose(w_.shared_fc2, b, b, b, opts_.fc2_tactic, "");
+        // Not the resident tactic on the side stream: sized to fill the SMs once, its grid would take
+        // them from the routed GEMMs it runs beside.
+        bt.shared_fc1 = choose(w_.shared_fc1, b, b, b, opts_.fc1_tactic, "", true, false);
+        bt.shared_fc2 = choose(w_.shared_fc2, b, b, b, opts_.fc2_tactic, "", true, false);
       }
       bt.fold = fold_ok && bt.chain && front_small_supported(cfg_, b, permute_experts()) &&
                 bt.fc1->check(folded(sized(w_.fc1.shape, rows, b), b), caps_).ok &&
@@ -242,8 +246,9 @@ class CudaMoeEngine final : public MoeEngine {
       if (!tactics_[i].fold) continue;
       const int64_t b = buckets_[i];
       fold_rows = std::max(fold_rows, b);
-      const GemmProblem p = folded(sized(w_.fc1.shape, b * cfg_.topk, b), b);
-      tactic_ws = std::max(tactic_ws, tactics_[i].fc1->workspace_bytes(p));
+      // A chained launch takes the workspace of the larger of its two problems (run_chained's contract).
+      for (const DeviceGemmWeights* g : {&w_.fc1, &w_.fc2})
+        tactic_ws = std::max(tactic_ws, tactics_[i].fc1->workspace_bytes(folded(sized(g->shape, b * cfg_.topk, b), b)));
     }
     // The canonical buffer is kept only when a chosen tactic reads it.
     for (DeviceGemmWeights* g : {&w_.fc1, &w_.fc2, &w_.shared_fc1, &w_.shared_fc2}) {

@@ -95,7 +95,9 @@ const TacticDesc* heuristic_choice(const std::vector<const TacticDesc*>& usable_
   const auto resident_end = std::stable_partition(pool.begin(), pool.end(),
                                                   [](const TacticDesc* d) { return d->schedule == "resident"; });
   if (resident_end != pool.begin()) {
-    const int64_t parts = (p.op == GemmOp::kFc1SwiGlu ? p.n : p.k) / 16;
+    // Its CTAs each take tile_m / 2 SwiGLU columns (tile_m: FC1's gate and up rows of a CTA).
+    const int64_t cols = std::max(pool.front()->tile_m / 2, 1);
+    const int64_t parts = ((p.op == GemmOp::kFc1SwiGlu ? p.n : p.k) + cols - 1) / cols;
     if (sm_count > 0 && p.total_rows * parts <= sm_count) return pool.front();
     if (resident_end != pool.end()) pool.erase(pool.begin(), resident_end);
   }

@@ -194,6 +194,7 @@ TEST(HeuristicResident, OnlyWhereItsCtasFillOneWave) {
   std::vector<TacticDesc> d{desc("n8.k256", "fast", 8, 256), desc("n1.k256", "fast", 1, 256),
                             desc("resident", "fast", 1, 512)};
   d[2].schedule = "resident";
+  d[2].tile_m = 32;  // 16 gate and 16 up rows: 16 SwiGLU columns a CTA
   std::vector<const TacticDesc*> usable;
   for (const TacticDesc& x : d) usable.push_back(&x);
   const GemmProblem tp8_fc1{GemmOp::kFc1SwiGlu, 256, 256, 6144, 8, 1}, tp8_fc2{GemmOp::kFc2, 256, 6144, 256, 8, 1};

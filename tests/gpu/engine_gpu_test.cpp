@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "engine_test_util.h"
 #include "fp4moe/reference.h"
@@ -320,7 +321,10 @@ TEST(Small, ResidentTacticForward) {
       EXPECT_EQ(r.id_mismatches, 0);
     }
   }
-  // The heuristic, switched on: the resident tactic for T = 1, not for the buckets of 2 or more tokens.
+  // The heuristic, switched on: the resident tactic for T = 1, not for the buckets of 2 or more tokens. (The
+  // switch is read at creation; a value the caller set is put back.)
+  const char* before = std::getenv("FP4MOE_SM90_CC");
+  const std::string saved = before ? before : "";
   ::setenv("FP4MOE_SM90_CC", "1", 1);
   const MoeLayerWeights w = host_layer(LayerCase{cfg.name, cfg, {}});
   EngineOptions eo;
@@ -343,6 +347,7 @@ TEST(Small, ResidentTacticForward) {
   std::unique_ptr<MoeEngine> plain;
   ASSERT_TRUE(MoeEngine::create(w, eo, &plain).is_ok());
   EXPECT_NE(plain->fc1_tactic_for(1), cc);
+  if (before) ::setenv("FP4MOE_SM90_CC", saved.c_str(), 1);
 }
 
 TEST(Small, GraphReplayBitwise) {

@@ -30,12 +30,14 @@ run() { env -i HOME="$tmp" PATH="$tmp/bin" "$@" "$BASH" "$tmp/root/scripts/gpu_c
 args=()
 expect "no OUTDIR" 1 "usage: scripts/gpu_check.sh OUTDIR" run
 args=("$tmp/out1")
-expect "unknown step" 2 "STEPS: unknown step 'sanitise' (expected tests, sanitize, bench)" run STEPS=tests,sanitise
+expect "unknown step" 2 "STEPS: unknown step 'sanitise' (expected tests, sanitize, bench, sm90)" run STEPS=tests,sanitise
 [ -e "$tmp/root/.gpubuild" ] && { echo "FAIL unknown step: .gpubuild was created"; fails=$((fails + 1)); }
 expect "no step" 2 "STEPS=',' names no step" run STEPS=,
 args=("$tmp/out2")
 expect "known steps reach the binaries' check" 1 "no staged binaries" run STEPS=bench,tests
 args=("$tmp/out3")
 expect "default steps reach the binaries' check" 1 "no staged binaries" run
+args=("$tmp/out4")
+expect "the sm90 step reaches the binaries' check" 1 "no staged binaries" run STEPS=sm90
 echo "gpu_check_args_test: $fails failed"
 [ "$fails" -eq 0 ]

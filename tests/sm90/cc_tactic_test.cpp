@@ -5,9 +5,10 @@
 //     a padded row stride, experts with 0, 1 and more rows (the kernel computes any row count; one row per
 //     expert is only check()'s speed rule, so these launches call run() directly);
 //   - the chained launch (run_chained) on the TP8 decode shape (H = 6144, I = 256, 8 rows), on empty and
-//     2-row experts, and on 45, 256 and 1024 experts with rows past the first 32 and on the last one (both
-//     levels of the warp's expert lookup); then the folded last expert (last_expert_weights), whose main
-//     buffers hold only E - 1 experts;
+//     2-row experts, and on 45, 256 and 1024 experts with rows past the first 32 and on the last one (every
+//     round of the warp's expert lookup); then the folded last expert (last_expert_weights), whose main
+//     buffers hold only E - 1 experts; and as the engine runs it: FC1's rows in the buffer FC2 writes, three
+//     forwards back to back on one stream (no host sync between them), a token with an outlier;
 //   - check() on this device: the decode shape passes; a hidden size off 1024, a SwiGLU width off 16, two
 //     rows per expert, too many experts, too much shared memory and an sm_80 profile are refused with a
 //     reason; the kernels use no local memory and no more registers than the descriptor declares;
@@ -402,14 +403,63 @@ TEST(Sm90CcTactic, ChainedLaunchMatchesReference) {
   run_chain_case(std::vector<int>(8, 1), 6144, 256, true, false, 31);
   run_chain_case({2, 0, 1, 2, 0, 0, 2}, 1024, 32, false, false, 32);
   run_chain_case({3}, 1024, 16, false, false, 33);
-  // The lookup's first level reads one bound per block of ceil(E / 32) experts, its second the experts of one
-  // block. 45 experts: blocks of 2, lanes 22..31 all reading offsets[45], rows past expert 32 and on the last.
+  // The lookup's lane l reads the bounds of experts 32j + l, j = 0..31, the index clamped to offsets[E], and
+  // counts those below E at or under the row. 45 experts: rows in both rounds (j = 0, 1) and on the last.
   run_chain_case(sparse_rows(45, {{1, 2}, {4, 1}, {8, 3}, {16, 1}, {31, 1}, {32, 2}, {33, 1}, {40, 1}, {44, 2}}),
                  1024, 32, true, false, 34);
-  // GLM-5's 256 experts (blocks of 8) and the most the lookup takes, 1024 (blocks of 32).
+  // GLM-5's 256 experts (8 rounds) and the most the lookup takes, 1024 (all 32).
   run_chain_case(sparse_rows(256, {{0, 1}, {7, 1}, {8, 2}, {100, 1}, {254, 1}, {255, 1}}), 1024, 16, true, false, 35);
   run_chain_case(sparse_rows(1024, {{0, 1}, {31, 1}, {32, 1}, {511, 2}, {992, 1}, {1023, 1}}), 1024, 16, true, false,
                  36);
+}
+
+// As the engine runs it at T = 1: the grouped token rows copied into the buffer FC2 writes (the engine's y),
+// FC1 reading them there without an index, three forwards back to back on one stream (the copy, then the
+// chained launch; no host sync between them, so each launch starts on the workspace its predecessor left, and
+// under programmatic dependent launch), one token row with an outlier 1000 times its other elements (the
+// prescale's range). The last forward against the reference.
+TEST(Sm90CcTactic, EngineLikeChainInPlaceBackToBack) {
+  GroupedGemmTactic& t = cc_tactic();
+  const std::vector<int> rows = {1, 0, 1, 1, 0, 1, 1, 1};
+  const int64_t hidden = 2048, inter = 64, E = static_cast<int64_t>(rows.size());
+  const Rows g = grouped_rows(rows);
+  const GemmProblem p1 = mlp_problem(GemmOp::kFc1SwiGlu, E, hidden, inter, g.total, g.max_per_expert),
+                    p2 = mlp_problem(GemmOp::kFc2, E, hidden, inter, g.total, g.max_per_expert);
+  for (const GemmProblem& p : {p1, p2}) ASSERT_TRUE(t.init(p).is_ok());
+  std::mt19937 rng(51);
+  const CcWeights w1 = cc_weights(p1, false, rng), w2 = cc_weights(p2, false, rng);
+  std::vector<uint16_t> x = random_bf16(g.total * hidden, rng);
+  x[5] = f32_to_bf16_bits(1000.0f);  // grouped row 0
+  std::fill(x.begin() + g.used * hidden, x.end(), uint16_t{0xD5D5});  // the rows past offsets[E]: never read
+  const DeviceBuffer d_x = device_copy(x), d_off = device_copy(g.offsets);
+  DeviceBuffer d_h(static_cast<size_t>(g.total * inter * 2)), d_y(x.size() * 2),
+      d_ws(std::max(t.workspace_bytes(p1), t.workspace_bytes(p2)));
+  d_ws.fill(0);
+  d_h.fill(0xD5);
+  GroupedGemmArgs a1, a2;
+  a1.problem = p1;
+  a1.expert_offsets = d_off.as<const int32_t>();
+  a1.a = d_y.as<const uint16_t>();
+  a1.a_ld = hidden;
+  a1.out = d_h.as<uint16_t>();
+  a1.workspace = d_ws.get();
+  w1.bind(&a1);
+  a2 = a1;
+  a2.problem = p2;
+  a2.a = a1.out;
+  a2.a_ld = inter;
+  a2.out = d_y.as<uint16_t>();
+  w2.bind(&a2);
+  for (int forward = 0; forward < 3; ++forward) {
+    SM90_CUDA_OK(cudaMemcpyAsync(d_y.get(), d_x.get(), x.size() * 2, cudaMemcpyDeviceToDevice, nullptr));
+    const Status st = t.run_chained(a1, a2, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+  }
+  SM90_CUDA_OK(cudaDeviceSynchronize());
+  expect_workspace_zero(d_ws);
+  const std::vector<uint16_t> h = download_bf16(d_h), y = download_bf16(d_y);
+  expect_output(h, reference(w1, g, x, hidden, {}), g.used, inter, "FC1");
+  expect_output(y, reference(w2, g, h, inter, {}), g.used, hidden, "FC2");
 }
 
 TEST(Sm90CcTactic, FoldedLastExpertMatchesReference) {
@@ -491,6 +541,11 @@ TEST(Sm90CcTactic, RefusesBadArguments) {
   b = a1;
   b.last_expert_weights = buf.get();  // without its tensor scales
   expect_refused(t.run(b, nullptr), "half a folded expert", "both or neither");
+  b.last_expert_scales = buf.as<const float>();
+  expect_refused(t.run_chained(b, a2, nullptr), "the folded expert for FC1 only", "for both GEMMs or for neither");
+  b = a2;
+  b.out = a2.out + 1;  // 2 bytes off: the last CTA's 8-byte stores
+  expect_refused(t.run(b, nullptr), "misaligned output", "16-byte");
   b = a1;
   b.problem.k = 1536;
   b.a_ld = 1536;

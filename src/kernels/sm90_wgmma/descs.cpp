@@ -89,8 +89,8 @@ TacticCheck check_cc_tactic(const TacticDesc& desc, const GemmProblem& p, const 
   std::string why;
   if (!cc_layout_fits(p, &why)) return TacticCheck::fail(why);
   if (p.num_experts > kCcMaxExperts)
-    return TacticCheck::fail(fmt::format("handles at most {} experts (the expert lookup's two levels of 32 lanes), "
-                                         "problem has {}",
+    return TacticCheck::fail(fmt::format("handles at most {} experts (the expert lookup reads 32 bounds a lane "
+                                         "of a warp), problem has {}",
                                          kCcMaxExperts, p.num_experts));
   const bool fc1 = p.op == GemmOp::kFc1SwiGlu;
   const int64_t hidden = fc1 ? p.k : p.n, parts = (fc1 ? p.n : p.k) / kCcCols;

@@ -15,6 +15,9 @@
 //     last of the row's CTAs to arrive (a counter per row) converts it to bf16 and zeroes it and the
 //     counter again, so the launch needs no memset and leaves the workspace zero. The fp32 sum's order
 //     varies from launch to launch, so FC2's output may differ in the last bf16 bit between launches.
+//     FC1's input rows may share a buffer with FC2's output rows (the engine's grouped copy in y) where FC1
+//     reads them without an index: row r's output is written only once each of its CTAs has its copy of
+//     row r; through an index, a row could still be due to another row's CTAs.
 // Per CTA (512 threads, 16 warps):
 //   FC1: the token's bf16 row and hidden / 512 chunks of 9,216 bytes; warp w takes SwiGLU column 16p + w
 //        (its gate and up rows), lane l the chunk's k16 block l; the token is scaled by a power of two into
@@ -295,25 +298,24 @@ class Sm90CcTactic final : public GroupedGemmTactic {
 
   Status init(const GemmProblem& p) override {
     (void)p;
-    int dev = 0;
+    int dev = 0, optin = 0;
     Status s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice", desc_.name);
-    if (s) s = cuda_status(cudaDeviceGetAttribute(&smem_limit_, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+    if (s) s = cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
                            "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", desc_.name);
     // Every launch sizes its own shared memory (cc_smem_bytes of its hidden size): the limit is raised to
     // what the device allows beside the kernels' static shared memory, once, and run() refuses a problem
     // past it.
-    int limit = smem_limit_;
+    int limit = optin;
     for (int mode : {kCcFc1, kCcFc2, kCcChain}) {
       cudaFuncAttributes attr{};
       if (s) s = cuda_status(cudaFuncGetAttributes(&attr, cc_kernel(mode)), "cudaFuncGetAttributes", desc_.name);
-      if (s) limit = std::min(limit, smem_limit_ - static_cast<int>(attr.sharedSizeBytes));
+      if (s) limit = std::min(limit, optin - static_cast<int>(attr.sharedSizeBytes));
     }
     for (int mode : {kCcFc1, kCcFc2, kCcChain})
       if (s)
         s = cuda_status(cudaFuncSetAttribute(cc_kernel(mode), cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
                         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
-    smem_limit_ = limit;
-    if (!s) smem_limit_ = 0;
+    smem_limit_ = s ? limit : 0;
     return s;
   }
 
@@ -357,6 +359,11 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     if (a1.routing)
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) is not supported",
+                                desc_.name));
+    if ((a1.last_expert_weights == nullptr) != (a2.last_expert_weights == nullptr))
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: a chained launch takes the last expert's own buffers for both GEMMs or for "
+                                "neither",
                                 desc_.name));
     CcParams prm, prm2;
     Status st = fill(a1, true, &prm);

@@ -33,7 +33,7 @@ constexpr int kCcChunkK = 512;       // FC1: K a chunk (32 k16 blocks, one a lan
 constexpr int kCcChunkRows = 1024;   // FC2: output rows a chunk (two a thread of kCcThreads)
 constexpr int kCcThreads = 512;      // 16 warps: FC1 one SwiGLU column a warp
 constexpr int kCcUnits = 512;        // units a chunk (16 code bytes and 2 scale bytes each)
-constexpr int kCcMaxExperts = 1024;  // the expert lookup's two levels of 32 lanes
+constexpr int kCcMaxExperts = 1024;  // the expert lookup: 32 bounds a lane of a warp
 constexpr int kCcRedFloats = 48;     // per-warp values, then the 16 SwiGLU values
 
 // Chunks of a part of FC1 (K = hidden) or FC2 (N = hidden).
