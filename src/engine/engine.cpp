@@ -121,8 +121,9 @@ class CudaMoeEngine final : public MoeEngine {
     // items stream the shared expert's weights once per token (GLM-5 T = 2 / 4: +4% against the n8 tile,
     // docs/perf.md sm90 step 50).
     // The resident tactic (schedule "resident", sm90_cc.cu: one CTA per row and 16 SwiGLU columns, the
-    // math on the CUDA cores) is taken by the heuristic or the tuner only with FP4MOE_SM90_CC=1 until its
-    // timings on the card are in docs/perf.md (sm90 step 67); a forced name is obeyed.
+    // math on the CUDA cores) is taken by the heuristic only with FP4MOE_SM90_CC=1 until its timings on the
+    // card are in docs/perf.md (sm90 step 67); a forced name is obeyed, and so is a tuned one (the tuner
+    // timed it on this device and checked its result against the fallback's).
     std::vector<std::string> one_token, resident;
     for (const TacticDesc& d : all_tactic_descs()) {
       if (d.tile_n == 1) one_token.push_back(d.name);
@@ -141,7 +142,8 @@ class CudaMoeEngine final : public MoeEngine {
       TacticRequest req{forced, tuned, opts_.excluded_tactics};
       if (forced.empty() && !(one_token_ok && one_token_layout_ok))
         req.excluded.insert(req.excluded.end(), one_token.begin(), one_token.end());
-      if (forced.empty() && !(resident_ok && resident_here))
+      const bool tuned_resident = std::find(resident.begin(), resident.end(), tuned) != resident.end();
+      if (forced.empty() && !tuned_resident && !(resident_ok && resident_here))
         req.excluded.insert(req.excluded.end(), resident.begin(), resident.end());
       const GemmProblem p = sized(g.shape, expected, max_rows);
       Status st = choose_tactic(p, caps_, req, &t, &note);
