@@ -7,8 +7,8 @@
 //   - the chained launch (run_chained) on the TP8 decode shape (H = 6144, I = 256, 8 rows), on empty and
 //     2-row experts, and on 45, 256 and 1024 experts with rows past the first 32 and on the last one (every
 //     round of the warp's expert lookup); then the folded last expert (last_expert_weights), whose main
-//     buffers hold only E - 1 experts; and as the engine runs it: FC1's rows in the buffer FC2 writes, three
-//     forwards back to back on one stream (no host sync between them), a token with an outlier;
+//     buffers hold only E - 1 experts; three launches back to back on one stream (no host sync between them),
+//     adjacent and as the engine runs them (FC1's rows copied into the buffer FC2 writes), outlier tokens;
 //   - check() on this device: the decode shape passes; a hidden size off 1024, a SwiGLU width off 16, two
 //     rows per expert, too many experts, too much shared memory and an sm_80 profile are refused with a
 //     reason; the kernels use no local memory and no more registers than the descriptor declares;
@@ -393,9 +393,10 @@ TEST(Sm90CcTactic, DevicePackEqualsCpuPack) {
 TEST(Sm90CcTactic, SingleGemmsMatchReference) {
   run_single_case(GemmOp::kFc1SwiGlu, {1, 0, 2, 1, 0, 3}, 2048, 64, true, 0, 21);
   run_single_case(GemmOp::kFc2, {1, 0, 2, 1, 0, 3}, 2048, 64, false, 8, 22);
-  // One part (I = 16) and one FC2 chunk (H = 1024): FC1 contiguous and padded, FC2 gathered.
-  run_single_case(GemmOp::kFc1SwiGlu, {2, 1, 0, 1}, 1024, 16, false, 8, 23);
-  run_single_case(GemmOp::kFc2, {2, 1, 0, 1}, 1024, 16, true, 0, 24);
+  // One part (I = 16) and one FC2 chunk (H = 1024): FC1 contiguous and padded, FC2 gathered. (Twelve rows:
+  // with a few dozen bf16 outputs, one rounding step on a large value would weigh on the relative L2 alone.)
+  run_single_case(GemmOp::kFc1SwiGlu, {5, 3, 0, 4}, 1024, 16, false, 8, 23);
+  run_single_case(GemmOp::kFc2, {5, 3, 0, 4}, 1024, 16, true, 0, 24);
 }
 
 // The TP8 shard at T = 1: 8 rows of one token each, 16 parts: 128 CTAs with 190,808 bytes of shared memory
@@ -407,44 +408,48 @@ TEST(Sm90CcTactic, ChainedLaunchOnTheTp8DecodeShape) {
 
 TEST(Sm90CcTactic, ChainedLaunchMatchesReference) {
   run_chain_case({2, 0, 1, 2, 0, 0, 2}, 1024, 32, false, false, 32);
-  run_chain_case({3}, 1024, 16, false, false, 33);
+  run_chain_case({8}, 1024, 16, false, false, 33);  // one part: each CTA is its row's last
   // The lookup's lane l reads the bounds of experts 32j + l, j = 0..31, the index clamped to offsets[E], and
   // counts those below E at or under the row. 45 experts: rows in both rounds (j = 0, 1) and on the last.
   run_chain_case(sparse_rows(45, {{1, 2}, {4, 1}, {8, 3}, {16, 1}, {31, 1}, {32, 2}, {33, 1}, {40, 1}, {44, 2}}),
                  1024, 32, true, false, 34);
   // GLM-5's 256 experts (8 rounds) and the most the lookup takes, 1024 (all 32).
-  run_chain_case(sparse_rows(256, {{0, 1}, {7, 1}, {8, 2}, {100, 1}, {254, 1}, {255, 1}}), 1024, 16, true, false, 35);
-  run_chain_case(sparse_rows(1024, {{0, 1}, {31, 1}, {32, 1}, {511, 2}, {992, 1}, {1023, 1}}), 1024, 16, true, false,
+  run_chain_case(sparse_rows(256, {{0, 1}, {7, 1}, {8, 2}, {100, 1}, {254, 1}, {255, 1}}), 1024, 32, true, false, 35);
+  run_chain_case(sparse_rows(1024, {{0, 1}, {31, 1}, {32, 1}, {511, 2}, {992, 1}, {1023, 1}}), 1024, 32, true, false,
                  36);
 }
 
-// As the engine runs it at T = 1: the grouped token rows copied into the buffer FC2 writes (the engine's y),
-// FC1 reading them there without an index, three forwards back to back on one stream (the copy, then the
-// chained launch; no host sync between them, so each launch starts on the workspace its predecessor left, and
-// under programmatic dependent launch), one token row with an outlier 1000 times its other elements (the
-// prescale's range). The last forward against the reference.
-TEST(Sm90CcTactic, EngineLikeChainInPlaceBackToBack) {
+// Three chained launches back to back on one stream, no host sync between them, so that each starts on the
+// workspace its predecessor left, scheduled early by programmatic dependent launch where the launches are
+// adjacent. in_place: as the engine runs it at T = 1, the grouped token rows copied into the buffer FC2
+// writes (the engine's y) before each launch, FC1 reading them there without an index; else FC1 reads its
+// own buffer and the launches follow each other directly. Every used token row has an element 1000 times its
+// others (the prescale's range). The last launch against the reference.
+void run_back_to_back(bool in_place, uint32_t seed) {
+  SCOPED_TRACE(in_place ? "in place, a copy before each launch" : "launches adjacent");
   GroupedGemmTactic& t = cc_tactic();
   const std::vector<int> rows = {1, 0, 1, 1, 0, 1, 1, 1};
-  const int64_t hidden = 2048, inter = 64, E = static_cast<int64_t>(rows.size());
+  const int64_t hidden = 2048, inter = 128, E = static_cast<int64_t>(rows.size());
   const Rows g = grouped_rows(rows);
   const GemmProblem p1 = mlp_problem(GemmOp::kFc1SwiGlu, E, hidden, inter, g.total, g.max_per_expert),
                     p2 = mlp_problem(GemmOp::kFc2, E, hidden, inter, g.total, g.max_per_expert);
   for (const GemmProblem& p : {p1, p2}) ASSERT_TRUE(t.init(p).is_ok());
-  std::mt19937 rng(51);
+  std::mt19937 rng(seed);
   const CcWeights w1 = cc_weights(p1, false, rng), w2 = cc_weights(p2, false, rng);
   std::vector<uint16_t> x = random_bf16(g.total * hidden, rng);
-  x[5] = f32_to_bf16_bits(1000.0f);  // grouped row 0
+  for (int64_t r = 0; r < g.used; ++r)
+    x[r * hidden + (97 * r + 5) % hidden] = f32_to_bf16_bits(r % 2 ? -1000.f : 1000.f);
   std::fill(x.begin() + g.used * hidden, x.end(), uint16_t{0xD5D5});  // the rows past offsets[E]: never read
   const DeviceBuffer d_x = device_copy(x), d_off = device_copy(g.offsets);
   DeviceBuffer d_h(static_cast<size_t>(g.total * inter * 2)), d_y(x.size() * 2),
       d_ws(std::max(t.workspace_bytes(p1), t.workspace_bytes(p2)));
   d_ws.fill(0);
   d_h.fill(0xD5);
+  d_y.fill(0xD5);
   GroupedGemmArgs a1, a2;
   a1.problem = p1;
   a1.expert_offsets = d_off.as<const int32_t>();
-  a1.a = d_y.as<const uint16_t>();
+  a1.a = in_place ? d_y.as<const uint16_t>() : d_x.as<const uint16_t>();
   a1.a_ld = hidden;
   a1.out = d_h.as<uint16_t>();
   a1.workspace = d_ws.get();
@@ -455,8 +460,8 @@ TEST(Sm90CcTactic, EngineLikeChainInPlaceBackToBack) {
   a2.a_ld = inter;
   a2.out = d_y.as<uint16_t>();
   w2.bind(&a2);
-  for (int forward = 0; forward < 3; ++forward) {
-    SM90_CUDA_OK(cudaMemcpyAsync(d_y.get(), d_x.get(), x.size() * 2, cudaMemcpyDeviceToDevice, nullptr));
+  for (int launch = 0; launch < 3; ++launch) {
+    if (in_place) SM90_CUDA_OK(cudaMemcpyAsync(d_y.get(), d_x.get(), x.size() * 2, cudaMemcpyDeviceToDevice, nullptr));
     const Status st = t.run_chained(a1, a2, nullptr);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
   }
@@ -467,11 +472,16 @@ TEST(Sm90CcTactic, EngineLikeChainInPlaceBackToBack) {
   expect_output(y, reference(w2, g, h, inter, {}), g.used, hidden, "FC2");
 }
 
+TEST(Sm90CcTactic, ChainedLaunchesBackToBack) {
+  run_back_to_back(false, 52);
+  run_back_to_back(true, 51);
+}
+
 TEST(Sm90CcTactic, FoldedLastExpertMatchesReference) {
   run_chain_case({1, 0, 1, 1, 1}, 2048, 64, false, true, 41);
   run_chain_case({0, 2, 1, 0, 2}, 1024, 32, true, true, 42);
   // No rows on the folded expert: its own buffers are never read.
-  run_chain_case({1, 1, 0, 2, 0}, 1024, 16, false, true, 43);
+  run_chain_case({1, 1, 0, 2, 0}, 1024, 32, false, true, 43);
 }
 
 TEST(Sm90CcTactic, CheckAcceptsTheDecodeShapeAndRefusesOthers) {
