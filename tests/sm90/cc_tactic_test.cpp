@@ -220,6 +220,32 @@ void expect_shape_accepted(const GemmProblem& p) {
   ASSERT_TRUE(c.ok) << one.to_string() << ": " << c.reason;
 }
 
+// One GEMM's arguments on a test's buffers: rows grouped by `offsets`, read from `a` (through `row_index`
+// when not null) a_ld elements apart, written to `out`; the workspace and the weights (CcWeights::bind).
+GroupedGemmArgs gemm_args(const GemmProblem& p, const DeviceBuffer& offsets, const uint16_t* a,
+                          const int32_t* row_index, int64_t a_ld, uint16_t* out, const DeviceBuffer& ws,
+                          const CcWeights& w) {
+  GroupedGemmArgs args;
+  args.problem = p;
+  args.expert_offsets = offsets.as<const int32_t>();
+  args.a = a;
+  args.a_row_index = row_index;
+  args.a_ld = a_ld;
+  args.out = out;
+  args.workspace = ws.get();
+  w.bind(&args);
+  return args;
+}
+// A chained launch's two: FC1 reads x (hidden apart, through row_index when not null) into h, FC2 reads h into y.
+std::pair<GroupedGemmArgs, GroupedGemmArgs> chain_args(const GemmProblem& p1, const GemmProblem& p2,
+                                                       const DeviceBuffer& offsets, const uint16_t* x,
+                                                       const int32_t* row_index, uint16_t* h, uint16_t* y,
+                                                       const DeviceBuffer& ws, const CcWeights& w1,
+                                                       const CcWeights& w2) {
+  const GroupedGemmArgs a1 = gemm_args(p1, offsets, x, row_index, p1.k, h, ws, w1);
+  return {a1, gemm_args(p2, offsets, a1.out, nullptr, p2.k, y, ws, w2)};
+}
+
 // One GEMM (run) over experts with rows[e] rows: row r reads row_index[r] of fewer token rows (gather) or
 // row r, a_ld = K + a_pad apart. Three launches, each within 5e-3 of the reference; FC1 the same bytes
 // each time.
@@ -242,15 +268,9 @@ void run_single_case(GemmOp op, const std::vector<int>& rows, int64_t hidden, in
   const DeviceBuffer d_a = device_copy(a), d_off = device_copy(g.offsets), d_idx = device_copy(row_index);
   DeviceBuffer d_out(static_cast<size_t>(g.total * p.n * 2)), d_ws(t.workspace_bytes(p));
   d_ws.fill(0);
-  GroupedGemmArgs args;
-  args.problem = p;
-  args.expert_offsets = d_off.as<const int32_t>();
-  args.a = d_a.as<const uint16_t>();
-  args.a_row_index = gather ? d_idx.as<const int32_t>() : nullptr;
-  args.a_ld = a_ld;
-  args.out = d_out.as<uint16_t>();
-  args.workspace = d_ws.get();
-  w.bind(&args);
+  const int32_t* index = gather ? d_idx.as<const int32_t>() : nullptr;
+  const GroupedGemmArgs args =
+      gemm_args(p, d_off, d_a.as<const uint16_t>(), index, a_ld, d_out.as<uint16_t>(), d_ws, w);
   const std::vector<float> ref = reference(w, g, a, a_ld, row_index);
   std::vector<uint16_t> first;
   for (int launch = 0; launch < 3; ++launch) {
@@ -296,22 +316,9 @@ void run_chain_case(const std::vector<int>& rows, int64_t hidden, int64_t inter,
   DeviceBuffer d_h(static_cast<size_t>(g.total * inter * 2)), d_y(static_cast<size_t>(g.total * hidden * 2)),
       d_ws(std::max(t.workspace_bytes(p1), t.workspace_bytes(p2)));
   d_ws.fill(0);
-  GroupedGemmArgs a1, a2;
-  a1.problem = p1;
-  a1.expert_offsets = d_off.as<const int32_t>();
-  a1.a = d_x.as<const uint16_t>();
-  a1.a_row_index = gather ? d_idx.as<const int32_t>() : nullptr;
-  a1.a_ld = hidden;
-  a1.out = d_h.as<uint16_t>();
-  a1.workspace = d_ws.get();
-  w1.bind(&a1);
-  a2 = a1;
-  a2.problem = p2;
-  a2.a = a1.out;
-  a2.a_row_index = nullptr;
-  a2.a_ld = inter;
-  a2.out = d_y.as<uint16_t>();
-  w2.bind(&a2);
+  const int32_t* index = gather ? d_idx.as<const int32_t>() : nullptr;
+  const auto [a1, a2] = chain_args(p1, p2, d_off, d_x.as<const uint16_t>(), index, d_h.as<uint16_t>(),
+                                   d_y.as<uint16_t>(), d_ws, w1, w2);
   const std::vector<float> ref1 = reference(w1, g, x, hidden, row_index);
   std::vector<uint16_t> h_first;
   std::vector<float> ref2;
@@ -446,20 +453,8 @@ void run_back_to_back(bool in_place, uint32_t seed) {
   d_ws.fill(0);
   d_h.fill(0xD5);
   d_y.fill(0xD5);
-  GroupedGemmArgs a1, a2;
-  a1.problem = p1;
-  a1.expert_offsets = d_off.as<const int32_t>();
-  a1.a = in_place ? d_y.as<const uint16_t>() : d_x.as<const uint16_t>();
-  a1.a_ld = hidden;
-  a1.out = d_h.as<uint16_t>();
-  a1.workspace = d_ws.get();
-  w1.bind(&a1);
-  a2 = a1;
-  a2.problem = p2;
-  a2.a = a1.out;
-  a2.a_ld = inter;
-  a2.out = d_y.as<uint16_t>();
-  w2.bind(&a2);
+  const auto [a1, a2] = chain_args(p1, p2, d_off, in_place ? d_y.as<const uint16_t>() : d_x.as<const uint16_t>(),
+                                   nullptr, d_h.as<uint16_t>(), d_y.as<uint16_t>(), d_ws, w1, w2);
   for (int launch = 0; launch < 3; ++launch) {
     if (in_place) SM90_CUDA_OK(cudaMemcpyAsync(d_y.get(), d_x.get(), x.size() * 2, cudaMemcpyDeviceToDevice, nullptr));
     const Status st = t.run_chained(a1, a2, nullptr);
