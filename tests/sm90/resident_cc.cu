@@ -128,15 +128,9 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
     m = cc_max_abs_bf16x16(xb0, xb1, m);
   }
   const int ex = cc_prescale(cc_cta_max(m, red, kNW));
-  if (tid < kXBlocks) {
-    const float sx = e4m3_pow2(ex);
-    const uint32_t w[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
-    uint32_t h[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) h[i] = f32x2_to_f16x2(bf16_lo(w[i]) * sx, bf16_hi(w[i]) * sx);
-    *reinterpret_cast<uint4*>(smem + kXhOffset + 16 * tid) = make_uint4(h[0], h[1], h[2], h[3]);
-    *reinterpret_cast<uint4*>(smem + kXhOffset + kXBytes / 2 + 16 * tid) = make_uint4(h[4], h[5], h[6], h[7]);
-  }
+  if (tid < kXBlocks)
+    cc_token_block_to_f16(xb0, xb1, e4m3_pow2(ex), smem + kXhOffset + 16 * tid,
+                          smem + kXhOffset + kXBytes / 2 + 16 * tid);
   __syncthreads();  // the f16 token written; red[] free again
   resident_stamp(st, 1);
 

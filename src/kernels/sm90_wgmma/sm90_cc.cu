@@ -41,6 +41,7 @@
 #include "kernels/sm90_wgmma/sm90_cc_layout.h"
 #include "kernels/sm90_wgmma/sm90_cc_math.cuh"
 #include "kernels/sm90_wgmma/sm90_e4m3.h"
+#include "kernels/sm90_wgmma/sm90_family.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
 
@@ -164,15 +165,9 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
       m = cc_max_abs_bf16x16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), m);
     const int ex = cc_prescale(cc_cta_max(m, red, kCcThreads / 32));
     const float sx = e4m3_pow2(ex);
-    for (int b = tid; b < H / 16; b += kCcThreads) {
-      const uint4 v0 = ld_shared_u4(x_s + 32 * b), v1 = ld_shared_u4(x_s + 32 * b + 16);
-      const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-      uint32_t hx[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) hx[i] = f32x2_to_f16x2(bf16_lo(w[i]) * sx, bf16_hi(w[i]) * sx);
-      *reinterpret_cast<uint4*>(smem + 2 * H + 16 * b) = make_uint4(hx[0], hx[1], hx[2], hx[3]);
-      *reinterpret_cast<uint4*>(smem + 3 * H + 16 * b) = make_uint4(hx[4], hx[5], hx[6], hx[7]);
-    }
+    for (int b = tid; b < H / 16; b += kCcThreads)
+      cc_token_block_to_f16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), sx, smem + 2 * H + 16 * b,
+                            smem + 3 * H + 16 * b);
     __syncthreads();  // the f16 token written; red[] free again
 
     // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32.
@@ -260,11 +255,6 @@ CcKernel cc_kernel(int mode) {
   }
 }
 
-Status cuda_status(cudaError_t err, const char* what, const std::string& tactic) {
-  if (err == cudaSuccess) return Status::ok();
-  return Status(StatusCode::kCudaError, fmt::format("{}: {} failed: {}", tactic, what, cudaGetErrorString(err)));
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The kSm90Cc device pack: one thread per unit (16 code bytes, 2 scale bytes), through cc_pack_unit, the
@@ -329,20 +319,11 @@ class Sm90CcTactic final : public GroupedGemmTactic {
   bool can_chain() const override { return true; }
 
   Status run(const GroupedGemmArgs& args, Stream stream) const override {
-    if (args.routing)
-      return Status(StatusCode::kInvalidArgument,
-                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) is not supported",
-                                desc_.name));
     const bool fc1 = args.problem.op == GemmOp::kFc1SwiGlu;
     CcParams prm;
     Status st = fill(args, fc1, &prm);
     if (!st || args.problem.total_rows == 0) return st;
-    if (!fc1) {
-      if ((st = bind_workspace(args)), !st) return st;
-      prm.y = args.out;
-      prm.counters = counters(args);
-      prm.acc = acc(args);
-    }
+    if (!fc1 && !(st = bind_fc2_output(args, args.out, &prm))) return st;
     return launch(fc1 ? kCcFc1 : kCcFc2, prm, args.problem, stream);
   }
 
@@ -356,10 +337,6 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                                 "rows, FC2 reading FC1's output contiguously (a = FC1's out, a_ld = K = FC1's N) "
                                 "and writing FC1's K columns",
                                 desc_.name, p1.to_string(), p2.to_string()));
-    if (a1.routing)
-      return Status(StatusCode::kInvalidArgument,
-                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) is not supported",
-                                desc_.name));
     if ((a1.last_expert_weights == nullptr) != (a2.last_expert_weights == nullptr))
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: a chained launch takes the last expert's own buffers for both GEMMs or for "
@@ -369,36 +346,37 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     Status st = fill(a1, true, &prm);
     if (st) st = fill(a2, false, &prm2);
     if (!st || p1.total_rows == 0) return st;
-    if ((st = bind_workspace(a1)), !st) return st;
+    if ((st = bind_fc2_output(a1, a2.out, &prm)), !st) return st;
     prm.w2 = prm2.w2;
     prm.s2 = prm2.s2;
     prm.w2_last = prm2.w2_last;
     prm.s2_last = prm2.s2_last;
-    prm.y = a2.out;
-    prm.counters = counters(a1);
-    prm.acc = acc(a1);
     return launch(kCcChain, prm, p1, stream);
   }
 
  private:
   static int64_t counters_bytes(int64_t rows) { return (rows * 4 + 15) / 16 * 16; }
-  static int* counters(const GroupedGemmArgs& a) { return static_cast<int*>(a.workspace); }
-  static float* acc(const GroupedGemmArgs& a) {
-    return reinterpret_cast<float*>(static_cast<uint8_t*>(a.workspace) + counters_bytes(a.problem.total_rows));
-  }
 
-  Status bind_workspace(const GroupedGemmArgs& a) const {
+  // FC2's output y and, in the workspace of `a` (a's problem sizes it), the row counters and fp32 rows.
+  Status bind_fc2_output(const GroupedGemmArgs& a, uint16_t* y, CcParams* prm) const {
     if (!a.workspace || !aligned16(a.workspace))
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: FC2 needs the 16-byte aligned workspace (its fp32 rows and row counters, "
                                 "{} bytes)",
                                 desc_.name, workspace_bytes(a.problem)));
+    prm->y = y;
+    prm->counters = static_cast<int*>(a.workspace);
+    prm->acc = reinterpret_cast<float*>(static_cast<uint8_t*>(a.workspace) + counters_bytes(a.problem.total_rows));
     return Status::ok();
   }
 
   // One GEMM's arguments checked and its half of the kernel parameters filled.
   Status fill(const GroupedGemmArgs& args, bool fc1, CcParams* out) const {
     const GemmProblem& p = args.problem;
+    if (args.routing)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) is not supported",
+                                desc_.name));
     if (smem_limit_ == 0)
       return Status(StatusCode::kInvalidArgument, fmt::format("{}: run() before init()", desc_.name));
     std::string why;

@@ -28,11 +28,6 @@ __device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
   asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
-  uint32_t d;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(static_cast<uint16_t>(two_bytes)));
-  return d;
-}
 __device__ __forceinline__ float2 f16x2_to_f32(uint32_t h) {
   float2 f;
   asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
@@ -79,6 +74,17 @@ __device__ __forceinline__ float cc_cta_max(float m, float* red, int warps) {
   m = 0.f;
   for (int i = 0; i < warps; ++i) m = fmaxf(m, red[i]);
   return m;
+}
+
+// One k16 block of the token (16 bf16 values in two 16-byte words) times sx as f16: its k 0..7 to lo, its
+// k 8..15 to hi (16 bytes each, shared memory).
+__device__ __forceinline__ void cc_token_block_to_f16(uint4 v0, uint4 v1, float sx, uint8_t* lo, uint8_t* hi) {
+  const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  uint32_t h[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = f32x2_to_f16x2(bf16_lo(w[i]) * sx, bf16_hi(w[i]) * sx);
+  *reinterpret_cast<uint4*>(lo) = make_uint4(h[0], h[1], h[2], h[3]);
+  *reinterpret_cast<uint4*>(hi) = make_uint4(h[4], h[5], h[6], h[7]);
 }
 
 // acc += the 8 codes of word w times x0..x3 (f16x2, k0 k1 .. k6 k7).

@@ -20,8 +20,7 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2(float a, float b) {
 }
 // e4m3 byte -> fp32 (exact: every e4m3 value is an f16 value).
 __device__ __forceinline__ float e4m3_to_f32(uint32_t byte) {
-  uint32_t h2;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<uint16_t>(byte & 0xFFu)));
+  const uint32_t h2 = e4m3x2_to_f16x2(byte & 0xFFu);
   float f;
   asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %1;\ncvt.f32.f16 %0, l;\n}\n" : "=f"(f) : "r"(h2));
   return f;

@@ -27,11 +27,6 @@ namespace sm90 {
 
 namespace {
 
-Status cuda_status(cudaError_t err, const char* what, const std::string& tactic) {
-  if (err == cudaSuccess) return Status::ok();
-  return Status(StatusCode::kCudaError, fmt::format("{}: {} failed: {}", tactic, what, cudaGetErrorString(err)));
-}
-
 // cuTensorMapEncodeTiled from the driver, found once through the runtime (no link against libcuda).
 Status tensor_map_encoder(PFN_cuTensorMapEncodeTiled_v12000* out) {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;

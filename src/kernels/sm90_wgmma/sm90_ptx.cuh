@@ -79,6 +79,12 @@ __device__ __forceinline__ uint64_t policy_evict_first() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
   return p;
 }
+// Two e4m3 bytes (the low one in the low half) -> f16x2, exact (every e4m3 value is an f16 value).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(static_cast<uint16_t>(two_bytes)));
+  return d;
+}
 // 16-byte shared-memory load at a 32-bit shared address.
 __device__ __forceinline__ uint4 ld_shared_u4(uint32_t addr) {
   uint4 v;
