@@ -137,10 +137,16 @@ if want sanitize; then
   # the e4m3 path's numerics (its token split writes shared memory that its wgmmas read)
   sanitize "memcheck (sm90 e4m3)" sanitize_memcheck_e4m3.log memcheck "$stage/tests/sm90_e4m3_test"
   sanitize "racecheck (sm90 e4m3)" sanitize_racecheck_e4m3.log racecheck "$stage/tests/sm90_e4m3_test"
-  # the resident tactic (its last CTA per row reads the fp32 row the others added into, then zeroes it)
-  sanitize "memcheck (sm90 resident)" sanitize_memcheck_cc.log memcheck "$stage/tests/sm90_cc_tactic_test"
-  sanitize "racecheck (sm90 resident)" sanitize_racecheck_cc.log racecheck "$stage/tests/sm90_cc_tactic_test" \
-    --gtest_filter='-*Tp8DecodeShape*'
+  # the resident tactics (their last CTA per row reads the fp32 row the others added into, then zeroes it),
+  # one run per build (512 and 1024 threads; the device pack's case with the first), each within its bound
+  for b in t512 t1024; do
+    pack=""
+    [ $b = t512 ] && pack="Sm90CcPack.*:"
+    sanitize "memcheck (sm90 resident $b)" "sanitize_memcheck_cc_$b.log" memcheck "$stage/tests/sm90_cc_tactic_test" \
+      --gtest_filter="$pack*/$b"
+    sanitize "racecheck (sm90 resident $b)" "sanitize_racecheck_cc_$b.log" racecheck \
+      "$stage/tests/sm90_cc_tactic_test" --gtest_filter="$pack*/$b-*Tp8DecodeShape*"
+  done
 else
   note "compute-sanitizer: not run (STEPS=${STEPS:-})"
 fi
