@@ -240,8 +240,8 @@ if want sm90; then
     d="$out/bench_tp8_cc${cc}_fold$fold$tag"
     mkdir -p "$d"
     FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_PRINT_TACTICS=1 timeout -k 10 "${BENCH_TIMEOUT:-180}" \
-      "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts "${exclude[@]}" --dump-dir "$d" \
-      >"$d.log" 2>&1
+      "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts ${exclude[@]+"${exclude[@]}"} \
+      --dump-dir "$d" >"$d.log" 2>&1
     rc=$?
     what="fp4moe bench --tp 8 --tokens 1, FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold${tag:+ (the first excluded)}"
     if [ $rc -eq 0 ]; then note "$what: done"; else status=1; note "$what: FAIL rc=$rc"; fi

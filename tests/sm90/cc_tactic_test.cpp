@@ -432,6 +432,8 @@ TEST_P(Sm90CcTactic, ChainedLaunchMatchesReference) {
   GroupedGemmTactic& t = tactic();
   run_chain_case(t, {2, 0, 1, 2, 0, 0, 2}, 1024, 32, false, false, 32);
   run_chain_case(t, {8}, 1024, 16, false, false, 33);  // one part: each CTA is its row's last
+  // Hidden 3072: an odd count of FC2 chunks above one (3; the wide build's groups take two and one).
+  run_chain_case(t, {1, 0, 1, 1}, 3072, 32, true, false, 37);
   // The lookup's lane l reads the bounds of experts 32j + l, j = 0..31, the index clamped to offsets[E], and
   // counts those below E at or under the row. 45 experts: rows in both rounds (j = 0, 1) and on the last.
   run_chain_case(t, sparse_rows(45, {{1, 2}, {4, 1}, {8, 3}, {16, 1}, {31, 1}, {32, 2}, {33, 1}, {40, 1}, {44, 2}}),

@@ -111,6 +111,8 @@ __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
   constexpr int kThreads = kWide ? 2 * kCcThreads : kCcThreads;
   extern __shared__ __align__(128) uint8_t smem[];
   constexpr int kGroups = kThreads / kCcThreads;
+  static_assert(kThreads / 32 <= 32 && 2 * kCcCols <= 32 && kCcRedFloats >= 32 + kCcCols,
+                "red[0..32): a float per warp (cc_cta_max) or group 1's (gate, up) sums; red[32..48): SwiGLU");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // The thread's group, and its thread and warp within the group (kWide: two groups of 512).
   const int grp = kWide ? tid / kCcThreads : 0, gtid = kWide ? tid % kCcThreads : tid, gwarp = gtid >> 5;
