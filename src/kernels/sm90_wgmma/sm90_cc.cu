@@ -108,9 +108,8 @@ template <int kMode, bool kWide>
 __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
     sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
   constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
-  constexpr int kThreads = kWide ? 2 * kCcThreads : kCcThreads;
+  constexpr int kGroups = kWide ? 2 : 1, kThreads = kGroups * kCcThreads;
   extern __shared__ __align__(128) uint8_t smem[];
-  constexpr int kGroups = kThreads / kCcThreads;
   static_assert(kThreads / 32 <= 32 && 2 * kCcCols <= 32 && kCcRedFloats >= 32 + kCcCols,
                 "red[0..32): a float per warp (cc_cta_max) or group 1's (gate, up) sums; red[32..48): SwiGLU");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -337,7 +336,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
       if (s)
         s = cuda_status(
             cudaFuncSetAttribute(cc_kernel(mode, threads()), cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
-                        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
+            "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
     smem_limit_ = s ? limit : 0;
     return s;
   }
