@@ -203,10 +203,11 @@ done
 #    bench_sm90 --tp8 (every sm90 tactic per T, pair and chain, both resident builds included, against the
 #    read ceiling of the same run; SM90_TOKENS, default 1,8,32,128); bench_sm90 --resident-cc (step 66's probe
 #    and its variants, each checked against the CPU reference, then timed cold); then the TP8 shard's forward
-#    at T = 1 without the resident tactics, with them (FP4MOE_SM90_CC=1; the shared expert folded in: 144 CTAs
-#    on 132 SMs, so the heuristic declines), and with them and the shared expert on the side stream
-#    (FP4MOE_FOLD_SHARED=0), the 512-thread build and then the 1024-thread one (the first excluded), all with
-#    --extra-layouts (docs/perf.md, sm90 steps 67-68).
+#    at T = 1 without the resident tactics, with them (FP4MOE_SM90_CC=1: the heuristic takes one for the 8
+#    routed rows, 128 CTAs, and the shared expert folds into its launch: 144 CTAs on 132 SMs, a second wave
+#    of 12), and with them and the shared expert on the side stream (FP4MOE_FOLD_SHARED=0), the 512-thread
+#    build and then the 1024-thread one (the first excluded), all with --extra-layouts (docs/perf.md, sm90
+#    steps 67-68).
 if want sm90; then
   if [ -x "$stage/bin/bench_sm90" ]; then
     timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/bench_sm90" --tp8 --tokens "${SM90_TOKENS:-1,8,32,128}" \
