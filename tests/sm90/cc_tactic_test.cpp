@@ -598,10 +598,3 @@ INSTANTIATE_TEST_SUITE_P(Builds, Sm90CcTactic, ::testing::ValuesIn(kCcNames),
 
 }  // namespace
 }  // namespace fp4moe
-
-int main(int argc, char** argv) {
-  const int skip = fp4moe::sm90test::skip_unless_sm90();
-  if (skip != 0) return skip;
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -157,10 +157,3 @@ TEST(Sm90E4m3, RowTail) { run_case({GemmOp::kFc2, 100, 256, 0, 4}); }
 
 }  // namespace
 }  // namespace fp4moe
-
-int main(int argc, char** argv) {
-  const int skip = fp4moe::sm90test::skip_unless_sm90();
-  if (skip) return skip;
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -189,12 +189,9 @@ __global__ void __launch_bounds__(kWide ? 2 * kThreads : kThreads, 1)
     accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
     accu += __shfl_xor_sync(0xFFFFFFFFu, accu, o);
   }
-  // SwiGLU as the reference computes it (reference.h R3), rounded to bf16 as FC1's output is; into red[32 + i].
+  // SwiGLU column i (cc_swiglu_bf16): to act and to red[32 + i].
   auto swiglu = [&](float gsum, float usum, int i) {
-    const float unscale = e4m3_pow2(14 - ex);
-    const float g = gsum * unscale * sg, u = usum * unscale * su;
-    const float hv = __fdividef(g, 1.0f + __expf(-g)) * u;  // fast forms: h is rounded to bf16 next
-    const uint16_t rounded = f32_to_bf16_bits(hv);
+    const uint16_t rounded = cc_swiglu_bf16(gsum, usum, ex, sg, su);
     act[j * kI + kCols * p + i] = rounded;
     red[32 + i] = bf16_bits_to_f32(rounded);
   };

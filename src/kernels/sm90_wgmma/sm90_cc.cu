@@ -197,13 +197,9 @@ __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
       accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
       accu += __shfl_xor_sync(0xFFFFFFFFu, accu, o);
     }
-    // SwiGLU as the reference computes it (reference.h R3), rounded to bf16 as FC1's output is: column j of
-    // the part (0..15) from its gate and up sums.
+    // Column j of the part (0..15) from its gate and up sums: to h and to red[32 + j].
     auto swiglu = [&](float gsum, float usum, int j) {
-      const float unscale = e4m3_pow2(14 - ex);
-      const float g = gsum * unscale * sg, u = usum * unscale * su;
-      const float hv = __fdividef(g, 1.0f + __expf(-g)) * u;  // fast forms: h is rounded to bf16 next
-      const uint16_t rounded = f32_to_bf16_bits(hv);
+      const uint16_t rounded = cc_swiglu_bf16(gsum, usum, ex, sg, su);
       prm.h[static_cast<int64_t>(row) * I + kCcCols * p + j] = rounded;
       red[32 + j] = bf16_bits_to_f32(rounded);
     };

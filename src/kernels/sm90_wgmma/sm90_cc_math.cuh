@@ -118,6 +118,15 @@ __device__ __forceinline__ float2 cc_fc1_unit(uint32_t base, uint32_t unit, uint
   return f16x2_to_f32(hmul2(cc_pair_sum(ag, au), e4m3x2_to_f16x2(sc)));
 }
 
+// A SwiGLU column from its gate and up sums (cc_fc1_unit's, still scaled by the token's 2^ex and the codes'
+// 2^-14) and the expert's tensor scales, as the reference computes it (reference.h R3), rounded to bf16 as
+// FC1's output is. The fast exp and division: the value is rounded to bf16 next.
+__device__ __forceinline__ uint16_t cc_swiglu_bf16(float gsum, float usum, int ex, float sg, float su) {
+  const float unscale = e4m3_pow2(14 - ex);
+  const float g = gsum * unscale * sg, u = usum * unscale * su;
+  return f32_to_bf16_bits(__fdividef(g, 1.0f + __expf(-g)) * u);
+}
+
 // The 16 SwiGLU values v[0..15] times 2^e, which puts their largest magnitude into [2^13, 2^14), as eight
 // f16x2 words (v0 v1, .., v14 v15); returns e.
 __device__ __forceinline__ int cc_row_to_f16x2(const float* v, uint32_t hv[8]) {
