@@ -15,7 +15,7 @@
 #   TEST_TIMEOUT / SANITIZER_TIMEOUT / BENCH_TIMEOUT, in seconds, bound each step so a hang cannot eat
 #   the run: a step that runs out of time is reported as TIMEOUT; STEPS=tests,sanitize,bench (the default: all
 #   three) runs only the steps named, e.g. STEPS=bench to re-time binaries whose tests already passed; the
-#   step sm90, never a default, runs bench_sm90 --tp8 and --resident-cc and the resident tactics' TP8 forward
+#   step sm90, never a default, runs bench_sm90 --tp8 and --resident-cc and the resident tactic's TP8 forward
 #   A/B, step 5)
 set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -137,16 +137,10 @@ if want sanitize; then
   # the e4m3 path's numerics (its token split writes shared memory that its wgmmas read)
   sanitize "memcheck (sm90 e4m3)" sanitize_memcheck_e4m3.log memcheck "$stage/tests/sm90_e4m3_test"
   sanitize "racecheck (sm90 e4m3)" sanitize_racecheck_e4m3.log racecheck "$stage/tests/sm90_e4m3_test"
-  # the resident tactics (their last CTA per row reads the fp32 row the others added into, then zeroes it),
-  # one run per build (512 and 1024 threads; the device pack's case with the first), each within its bound
-  for b in t512 t1024; do
-    pack=""
-    [ $b = t512 ] && pack="Sm90CcPack.*:"
-    sanitize "memcheck (sm90 resident $b)" "sanitize_memcheck_cc_$b.log" memcheck "$stage/tests/sm90_cc_tactic_test" \
-      --gtest_filter="$pack*/$b"
-    sanitize "racecheck (sm90 resident $b)" "sanitize_racecheck_cc_$b.log" racecheck \
-      "$stage/tests/sm90_cc_tactic_test" --gtest_filter="$pack*/$b-*Tp8DecodeShape*"
-  done
+  # the resident tactic (its last CTA per row reads the fp32 row the others added into, then zeroes it)
+  sanitize "memcheck (sm90 resident)" sanitize_memcheck_cc.log memcheck "$stage/tests/sm90_cc_tactic_test"
+  sanitize "racecheck (sm90 resident)" sanitize_racecheck_cc.log racecheck "$stage/tests/sm90_cc_tactic_test" \
+    --gtest_filter='-*Tp8DecodeShape*'
 else
   note "compute-sanitizer: not run (STEPS=${STEPS:-})"
 fi
@@ -199,15 +193,13 @@ for shard in "tp ${BENCH_TP:-8}" "ep ${BENCH_EP:-8}"; do
   fi
 done
 
-# 5. (STEPS=sm90 only, not in the default) the issue's TP8 GEMM measurement and the resident tactics' A/B:
-#    bench_sm90 --tp8 (every sm90 tactic per T, pair and chain, both resident builds included, against the
-#    read ceiling of the same run; SM90_TOKENS, default 1,8,32,128); bench_sm90 --resident-cc (step 66's probe
-#    and its variants, each checked against the CPU reference, then timed cold); then the TP8 shard's forward
-#    at T = 1 without the resident tactics, with them (FP4MOE_SM90_CC=1: the heuristic takes one for the 8
-#    routed rows, 128 CTAs, and the shared expert folds into its launch: 144 CTAs on 132 SMs, a second wave
-#    of 12), and with them and the shared expert on the side stream (FP4MOE_FOLD_SHARED=0), the 512-thread
-#    build and then the 1024-thread one (the first excluded), all with --extra-layouts (docs/perf.md, sm90
-#    steps 67-68).
+# 5. (STEPS=sm90 only, not in the default) the issue's TP8 GEMM measurement and the resident tactic's A/B:
+#    bench_sm90 --tp8 (every sm90 tactic per T, pair and chain, against the read ceiling of the same run;
+#    SM90_TOKENS, default 1,8,32,128); bench_sm90 --resident-cc (step 66's probe and its variants, each checked
+#    against the CPU reference, then timed cold); then the TP8 shard's forward at T = 1 without the resident
+#    tactic, with it (FP4MOE_SM90_CC=1: the heuristic takes it for the 8 routed rows, 128 CTAs, and the shared
+#    expert folds into its launch: 144 CTAs on 132 SMs, a second wave of 12), and with it and the shared expert
+#    on the side stream (FP4MOE_FOLD_SHARED=0), all with --extra-layouts (docs/perf.md, sm90 steps 67-68).
 if want sm90; then
   if [ -x "$stage/bin/bench_sm90" ]; then
     timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/bench_sm90" --tp8 --tokens "${SM90_TOKENS:-1,8,32,128}" \
@@ -233,18 +225,15 @@ if want sm90; then
     status=1
     note "bench_sm90: not staged (scripts/gpu_build.sh stages it)"
   fi
-  for v in "0 1 -" "1 1 -" "1 0 -" "1 0 sm90.w4f16.m32n1k512.cc"; do
-    read -r cc fold excl <<<"$v"
-    exclude=()
-    tag=""
-    if [ "$excl" != - ]; then exclude=(--exclude "$excl"); tag="_wide"; fi
-    d="$out/bench_tp8_cc${cc}_fold$fold$tag"
+  for v in "0 1" "1 1" "1 0"; do
+    read -r cc fold <<<"$v"
+    d="$out/bench_tp8_cc${cc}_fold$fold"
     mkdir -p "$d"
     FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_PRINT_TACTICS=1 timeout -k 10 "${BENCH_TIMEOUT:-180}" \
-      "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts ${exclude[@]+"${exclude[@]}"} \
-      --dump-dir "$d" >"$d.log" 2>&1
+      "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts --dump-dir "$d" \
+      >"$d.log" 2>&1
     rc=$?
-    what="fp4moe bench --tp 8 --tokens 1, FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold${tag:+ (the first excluded)}"
+    what="fp4moe bench --tp 8 --tokens 1, FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold"
     if [ $rc -eq 0 ]; then note "$what: done"; else status=1; note "$what: FAIL rc=$rc"; fi
   done
 fi

@@ -287,11 +287,11 @@ TEST(Small, OneTokenTileOnlyWhereItsLayoutIsAllowed) {
   }
 }
 
-// The sm90 resident tactics (sm90.w4f16.m32n1k512.cc and its 1024-thread build, .cc.t1024) in the engine:
-// each forced by name in an engine of one token, with and without an NVFP4 shared expert (folded in as the
-// chained launch's last expert), and the first chosen by the heuristic with FP4MOE_SM90_CC=1 for the one-token
-// bucket only (its CTAs, 4 rows x 64 / 16, fit one wave; the one-token layout allowed by extra_weight_layouts),
-// each forward against the reference. Skipped where they cannot run (no sm_90a device).
+// The sm90 resident tactic (sm90.w4f16.m32n1k512.cc) in the engine: forced by name in an engine of one token,
+// with and without an NVFP4 shared expert (folded in as the chained launch's last expert), and chosen by the
+// heuristic with FP4MOE_SM90_CC=1 for the one-token bucket only (its CTAs, 4 rows x 64 / 16, fit one wave;
+// the one-token layout allowed by extra_weight_layouts), each forward against the reference. Skipped where
+// it cannot run (no sm_90a device).
 TEST(Small, ResidentTacticForward) {
   const std::string cc = "sm90.w4f16.m32n1k512.cc";
   MoeConfig cfg = small_config("resident", 2048, 64, 16, 4);
@@ -301,29 +301,26 @@ TEST(Small, ResidentTacticForward) {
   cfg.norm_topk_prob = true;
   const std::vector<std::string> usable = tactics_for_layer(cfg, 1, false);
   if (std::find(usable.begin(), usable.end(), cc) == usable.end()) GTEST_SKIP() << cc << " cannot run on this device";
-  for (const std::string& forced : {cc, cc + ".t1024"}) {
-    for (const bool shared : {false, true}) {
-      SCOPED_TRACE(forced + (shared ? ", NVFP4 shared expert" : ", no shared expert"));
-      ASSERT_NE(std::find(usable.begin(), usable.end(), forced), usable.end()) << forced << " cannot run here";
-      MoeConfig c = cfg;
-      if (shared) {
-        c.n_shared_experts = 1;
-        c.shared_inter = 64;
-      }
-      const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
-      EngineOptions eo;
-      eo.max_tokens = 1;
-      eo.fc1_tactic = eo.fc2_tactic = forced;
-      std::unique_ptr<MoeEngine> engine;
-      const Status st = MoeEngine::create(w, eo, &engine);
-      ASSERT_TRUE(st.is_ok()) << st.to_string();
-      EXPECT_EQ(engine->fc1_tactic_for(1), forced);
-      EXPECT_EQ(engine->fc2_tactic_for(1), forced);
-      for (int seed : {1, 2, 3}) {
-        const LayerRun r = run_and_compare(*engine, w, 1, 900 + seed, false);
-        EXPECT_LE(r.rel_l2, 1e-2);
-        EXPECT_EQ(r.id_mismatches, 0);
-      }
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "NVFP4 shared expert" : "no shared expert");
+    MoeConfig c = cfg;
+    if (shared) {
+      c.n_shared_experts = 1;
+      c.shared_inter = 64;
+    }
+    const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
+    EngineOptions eo;
+    eo.max_tokens = 1;
+    eo.fc1_tactic = eo.fc2_tactic = cc;
+    std::unique_ptr<MoeEngine> engine;
+    const Status st = MoeEngine::create(w, eo, &engine);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(engine->fc1_tactic_for(1), cc);
+    EXPECT_EQ(engine->fc2_tactic_for(1), cc);
+    for (int seed : {1, 2, 3}) {
+      const LayerRun r = run_and_compare(*engine, w, 1, 900 + seed, false);
+      EXPECT_LE(r.rel_l2, 1e-2);
+      EXPECT_EQ(r.id_mismatches, 0);
     }
   }
   // The heuristic, switched on: the resident tactic for T = 1, not for the buckets of 2 or more tokens. (The

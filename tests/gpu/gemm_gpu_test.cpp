@@ -150,9 +150,9 @@ const std::vector<GemmCase>& cases() {
       {"aligned", 3, 128, 192, {64, 3, 70}, false},
       {"no-rows", 3, 32, 32, {0, 0, 0}, true},
       // One row per expert and the hidden size a multiple of 1024 (FC1's K in the first, FC2's N in the
-      // second): shapes the sm90 resident tactics accept, so that they are in the matrix too (each case is
-      // an ordinary one for the other GEMM, which they refuse). FC1 has 320 outputs: enough that one bf16 rounding
-      // step of the resident tactics' f16 math cannot carry the relative L2 past 5e-3 alone.
+      // second): shapes the sm90 resident tactic accepts, so that it is in the matrix too (each case is an
+      // ordinary one for the other GEMM, which it refuses). FC1 has 320 outputs: enough that one bf16
+      // rounding step of the resident tactic's f16 math cannot carry the relative L2 past 5e-3 alone.
       {"decode-h1024", 6, 64, 1024, {1, 0, 1, 1, 1, 1}, true},
       {"decode-n1024", 6, 1024, 64, {1, 1, 0, 1, 1, 1}, false},
   };

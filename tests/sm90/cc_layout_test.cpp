@@ -126,56 +126,48 @@ TEST(CcLayout, PackRefusesShapesItCannotHold) {
   EXPECT_TRUE(sm90::cc_layout_fits(GemmProblem{GemmOp::kFc2, 256, 6144, 256, 8, 1}, &why));
 }
 
-// The preflight of both builds (512 and 1024 threads) on the H200's profile: the TP8 shard at T = 1 (hidden
-// 6144: 190,808 bytes of shared memory), DeepSeek-V3's hidden 7168 (222,576 bytes) pass; what they refuse
-// names the requirement.
+// The preflight on the H200's profile: the TP8 shard at T = 1 (hidden 6144: 190,808 bytes of shared
+// memory), DeepSeek-V3's hidden 7168 (222,576 bytes) pass; what they refuse names the requirement.
 TEST(CcTactic, PreflightAcceptsTheDecodeShapesAndNamesWhatItRefuses) {
   std::vector<TacticDesc> descs;
   append_sm90_cc_tactic_descs(descs);
-  ASSERT_EQ(descs.size(), 2u);
-  EXPECT_EQ(descs[0].name, sm90::kCcTacticName);
-  EXPECT_EQ(descs[1].name, sm90::kCcWideTacticName);
-  EXPECT_EQ(descs[0].req.threads, 512);
-  EXPECT_EQ(descs[1].req.threads, 1024);
-  EXPECT_EQ(descs[0].req.regs_per_thread, 128);
-  EXPECT_EQ(descs[1].req.regs_per_thread, 64);
-  for (const TacticDesc& d : descs) {
-    SCOPED_TRACE(d.name);
-    EXPECT_EQ(d.layout, WeightLayout::kSm90Cc);
-    EXPECT_EQ(d.schedule, "resident");
-    EXPECT_EQ(d.req.smem_bytes, 190808);
-    const DeviceCaps h200 = device_profile("h200");
-    auto check = [&](GemmOp op, int64_t experts, int64_t hidden, int64_t inter, int64_t rows, int64_t per_expert,
-                     const DeviceCaps& caps) {
-      const GemmProblem p = op == GemmOp::kFc1SwiGlu ? GemmProblem{op, experts, inter, hidden, rows, per_expert}
-                                                     : GemmProblem{op, experts, hidden, inter, rows, per_expert};
-      return sm90::check_cc_tactic(d, p, caps);
+  ASSERT_EQ(descs.size(), 1u);
+  const TacticDesc& d = descs[0];
+  EXPECT_EQ(d.name, sm90::kCcTacticName);
+  EXPECT_EQ(d.layout, WeightLayout::kSm90Cc);
+  EXPECT_EQ(d.schedule, "resident");
+  EXPECT_EQ(d.req.smem_bytes, 190808);
+  const DeviceCaps h200 = device_profile("h200");
+  auto check = [&](GemmOp op, int64_t experts, int64_t hidden, int64_t inter, int64_t rows, int64_t per_expert,
+                   const DeviceCaps& caps) {
+    const GemmProblem p = op == GemmOp::kFc1SwiGlu ? GemmProblem{op, experts, inter, hidden, rows, per_expert}
+                                                   : GemmProblem{op, experts, hidden, inter, rows, per_expert};
+    return sm90::check_cc_tactic(d, p, caps);
+  };
+  for (GemmOp op : {GemmOp::kFc1SwiGlu, GemmOp::kFc2}) {
+    SCOPED_TRACE(gemm_op_name(op));
+    EXPECT_TRUE(check(op, 256, 6144, 256, 8, 1, h200).ok) << check(op, 256, 6144, 256, 8, 1, h200).reason;
+    EXPECT_TRUE(check(op, 256, 7168, 256, 8, 1, h200).ok) << check(op, 256, 7168, 256, 8, 1, h200).reason;
+    const std::pair<TacticCheck, const char*> refused[] = {
+        {check(op, 256, 8192, 256, 8, 1, h200), "shared memory"},
+        {check(op, 256, 1536, 256, 8, 1, h200), "multiple of 1024"},
+        {check(op, 256, 6144, 24, 8, 1, h200), "multiple of 16"},
+        {check(op, 256, 6144, 256, 16, 2, h200), "rows per expert"},
+        {check(op, 2000, 6144, 256, 8, 1, h200), "experts"},
+        {check(op, 256, 6144, 256, 8, 1, device_profile("rtx-pro-6000")), "sm_90"},
+        {check(op, 256, 6144, 256, 8, 1, device_profile("a100")), "sm_90"},
     };
-    for (GemmOp op : {GemmOp::kFc1SwiGlu, GemmOp::kFc2}) {
-      SCOPED_TRACE(gemm_op_name(op));
-      EXPECT_TRUE(check(op, 256, 6144, 256, 8, 1, h200).ok) << check(op, 256, 6144, 256, 8, 1, h200).reason;
-      EXPECT_TRUE(check(op, 256, 7168, 256, 8, 1, h200).ok) << check(op, 256, 7168, 256, 8, 1, h200).reason;
-      const std::pair<TacticCheck, const char*> refused[] = {
-          {check(op, 256, 8192, 256, 8, 1, h200), "shared memory"},
-          {check(op, 256, 1536, 256, 8, 1, h200), "multiple of 1024"},
-          {check(op, 256, 6144, 24, 8, 1, h200), "multiple of 16"},
-          {check(op, 256, 6144, 256, 16, 2, h200), "rows per expert"},
-          {check(op, 2000, 6144, 256, 8, 1, h200), "experts"},
-          {check(op, 256, 6144, 256, 8, 1, device_profile("rtx-pro-6000")), "sm_90"},
-          {check(op, 256, 6144, 256, 8, 1, device_profile("a100")), "sm_90"},
-      };
-      for (const auto& [c, what] : refused) {
-        EXPECT_FALSE(c.ok) << what;
-        EXPECT_NE(c.reason.find(what), std::string::npos) << c.reason;
-      }
+    for (const auto& [c, what] : refused) {
+      EXPECT_FALSE(c.ok) << what;
+      EXPECT_NE(c.reason.find(what), std::string::npos) << c.reason;
     }
-    // A device of sm_90 with a 99 KB per-block limit: refused by the descriptor's shared memory alone.
-    DeviceCaps small = h200;
-    small.smem_per_block_optin = 99 * 1024;
-    const TacticCheck c = check_tactic(d, GemmProblem{GemmOp::kFc2, 256, 6144, 256, 8, 1}, small);
-    EXPECT_FALSE(c.ok);
-    EXPECT_NE(c.reason.find("shared memory"), std::string::npos) << c.reason;
   }
+  // A device of sm_90 with a 99 KB per-block limit: refused by the descriptor's shared memory alone.
+  DeviceCaps small = h200;
+  small.smem_per_block_optin = 99 * 1024;
+  const TacticCheck c = check_tactic(d, GemmProblem{GemmOp::kFc2, 256, 6144, 256, 8, 1}, small);
+  EXPECT_FALSE(c.ok);
+  EXPECT_NE(c.reason.find("shared memory"), std::string::npos) << c.reason;
 }
 
 }  // namespace

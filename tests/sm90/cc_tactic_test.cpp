@@ -1,6 +1,5 @@
-// The sm90 resident tactics (src/kernels/sm90_wgmma/sm90_cc.cu: one CTA per grouped row and 16 SwiGLU
-// columns, math on the CUDA cores, the kSm90Cc layout; the build of 512 threads and the wide one of 1024, each
-// case run on both) against the CPU reference, on the GPU:
+// The sm90 resident tactic (src/kernels/sm90_wgmma/sm90_cc.cu: one CTA per grouped row and 16 SwiGLU
+// columns, math on the CUDA cores, the kSm90Cc layout) against the CPU reference, on the GPU:
 //   - the device pack equals the CPU pack (pack_cc_cpu) byte for byte, for FC1 and FC2;
 //   - FC1 and FC2 alone (run), FC1 gathering token rows (a_row_index), FC2 reading rows contiguously with
 //     a padded row stride, experts with 0, 1 and more rows (the kernel computes any row count; one row per
@@ -51,31 +50,18 @@ namespace {
 
 using sm90test::DeviceBuffer;
 
-// The resident tactics' names, as the registration hook gives them.
-const char* const kCcNames[] = {sm90::kCcTacticName, sm90::kCcWideTacticName};
-
-// A fresh resident tactic of that name, not initialised.
-std::unique_ptr<GroupedGemmTactic> make_cc_tactic(const std::string& name) {
+// A fresh resident tactic, not initialised (the registration hook gives exactly one).
+std::unique_ptr<GroupedGemmTactic> make_cc_tactic() {
   std::vector<std::unique_ptr<GroupedGemmTactic>> v;
   append_sm90_cc_tactics(v);
-  for (auto& t : v)
-    if (t->desc().name == name) return std::move(t);
-  throw std::runtime_error(fmt::format("append_sm90_cc_tactics gave no tactic named {}", name));
+  if (v.size() != 1) throw std::runtime_error(fmt::format("append_sm90_cc_tactics gave {} tactics, not 1", v.size()));
+  return std::move(v.front());
 }
-// The tactic of that name the tests share; each case initialises it before running it.
-GroupedGemmTactic& cc_tactic(const std::string& name) {
-  static std::vector<std::unique_ptr<GroupedGemmTactic>> made;
-  for (auto& t : made)
-    if (t->desc().name == name) return *t;
-  made.push_back(make_cc_tactic(name));
-  return *made.back();
+// The tactic the tests share; each case initialises it before running it.
+GroupedGemmTactic& cc_tactic() {
+  static const std::unique_ptr<GroupedGemmTactic> t = make_cc_tactic();
+  return *t;
 }
-
-// The cases below run on each resident tactic (the test's parameter: its name).
-class Sm90CcTactic : public ::testing::TestWithParam<const char*> {
- protected:
-  GroupedGemmTactic& tactic() const { return cc_tactic(GetParam()); }
-};
 
 // FC1 (K = hidden, N = inter, SwiGLU) or FC2 (K = inter, N = hidden) of an MLP.
 GemmProblem mlp_problem(GemmOp op, int64_t experts, int64_t hidden, int64_t inter, int64_t rows, int64_t max_rows) {
@@ -227,10 +213,10 @@ void expect_workspace_zero(const DeviceBuffer& ws) {
 
 // The shape is one check() accepts on this device at one row per expert (its speed rule): the launches
 // below run their real row counts through run() and run_chained(), which do not check.
-void expect_shape_accepted(const GroupedGemmTactic& t, const GemmProblem& p) {
+void expect_shape_accepted(const GemmProblem& p) {
   GemmProblem one = p;
   one.max_rows_per_expert = 1;
-  const TacticCheck c = t.check(one, query_device_caps(0));
+  const TacticCheck c = cc_tactic().check(one, query_device_caps(0));
   ASSERT_TRUE(c.ok) << one.to_string() << ": " << c.reason;
 }
 
@@ -263,14 +249,15 @@ std::pair<GroupedGemmArgs, GroupedGemmArgs> chain_args(const GemmProblem& p1, co
 // One GEMM (run) over experts with rows[e] rows: row r reads row_index[r] of fewer token rows (gather) or
 // row r, a_ld = K + a_pad apart. Three launches, each within 5e-3 of the reference; FC1 the same bytes
 // each time.
-void run_single_case(GroupedGemmTactic& t, GemmOp op, const std::vector<int>& rows, int64_t hidden, int64_t inter,
-                     bool gather, int64_t a_pad, uint32_t seed) {
+void run_single_case(GemmOp op, const std::vector<int>& rows, int64_t hidden, int64_t inter, bool gather,
+                     int64_t a_pad, uint32_t seed) {
+  GroupedGemmTactic& t = cc_tactic();
   const Rows g = grouped_rows(rows);
   const GemmProblem p =
       mlp_problem(op, static_cast<int64_t>(rows.size()), hidden, inter, g.total, g.max_per_expert);
   SCOPED_TRACE(fmt::format("{} H={} I={} {} gather={} a_ld=K+{}", gemm_op_name(op), hidden, inter, rows_name(rows),
                            gather, a_pad));
-  ASSERT_NO_FATAL_FAILURE(expect_shape_accepted(t, p));
+  ASSERT_NO_FATAL_FAILURE(expect_shape_accepted(p));
   const Status init = t.init(p);
   ASSERT_TRUE(init.is_ok()) << init.to_string();
   std::mt19937 rng(seed);
@@ -306,8 +293,9 @@ void run_single_case(GroupedGemmTactic& t, GemmOp op, const std::vector<int>& ro
 // three times the two launches (run, run), then three times the chained launch (run_chained). Every h (FC1's
 // output) the same bytes as the first, within 5e-3 of the reference on the token rows (gathered or not);
 // every y within 5e-3 of the reference on that h.
-void run_chain_case(GroupedGemmTactic& t, const std::vector<int>& rows, int64_t hidden, int64_t inter, bool gather,
-                    bool fold, uint32_t seed) {
+void run_chain_case(const std::vector<int>& rows, int64_t hidden, int64_t inter, bool gather, bool fold,
+                    uint32_t seed) {
+  GroupedGemmTactic& t = cc_tactic();
   ASSERT_TRUE(t.can_chain());
   const Rows g = grouped_rows(rows);
   const int64_t E = static_cast<int64_t>(rows.size());
@@ -315,7 +303,7 @@ void run_chain_case(GroupedGemmTactic& t, const std::vector<int>& rows, int64_t 
                     p2 = mlp_problem(GemmOp::kFc2, E, hidden, inter, g.total, g.max_per_expert);
   SCOPED_TRACE(fmt::format("chain H={} I={} {} gather={} fold={}", hidden, inter, rows_name(rows), gather, fold));
   for (const GemmProblem& p : {p1, p2}) {
-    ASSERT_NO_FATAL_FAILURE(expect_shape_accepted(t, p));
+    ASSERT_NO_FATAL_FAILURE(expect_shape_accepted(p));
     const Status init = t.init(p);
     ASSERT_TRUE(init.is_ok()) << init.to_string();
   }
@@ -362,29 +350,27 @@ std::vector<int> sparse_rows(int experts, std::initializer_list<std::pair<int, i
   return rows;
 }
 
-TEST_P(Sm90CcTactic, DescriptorAndKernelResources) {
-  GroupedGemmTactic& t = tactic();
+TEST(Sm90CcTactic, DescriptorAndKernelResources) {
+  GroupedGemmTactic& t = cc_tactic();
   const TacticDesc& d = t.desc();
-  EXPECT_EQ(d.name, GetParam());
+  EXPECT_EQ(d.name, sm90::kCcTacticName);
   EXPECT_EQ(d.layout, WeightLayout::kSm90Cc);
   EXPECT_EQ(d.req.max_rows_per_expert, 1);
-  EXPECT_EQ(d.req.threads, d.name == sm90::kCcWideTacticName ? 1024 : 512);
   EXPECT_TRUE(t.can_chain());
   std::vector<TacticDesc> descs;
   append_sm90_cc_tactic_descs(descs);
-  ASSERT_EQ(descs.size(), 2u);
-  EXPECT_EQ(descs[0].name, sm90::kCcTacticName);  // first: the heuristic's resident choice
-  EXPECT_EQ(descs[1].name, sm90::kCcWideTacticName);
-  EXPECT_NE(find_tactic(d.name), nullptr) << "the registry does not hold " << d.name;
+  ASSERT_EQ(descs.size(), 1u);
+  EXPECT_EQ(descs[0].name, d.name);
+  EXPECT_NE(find_tactic(sm90::kCcTacticName), nullptr) << "the registry does not hold the resident tactic";
   EXPECT_EQ(find_weight_layout_ops(WeightLayout::kSm90Cc), sm90_cc_weight_layout_ops());
   cudaFuncAttributes attr{};
-  const Status st = sm90::cc_kernel_resources(d.req.threads, &attr);
+  const Status st = sm90::cc_kernel_resources(&attr);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(attr.localSizeBytes, 0u) << "the resident kernels use local memory";
   EXPECT_LE(attr.numRegs, d.req.regs_per_thread);
 }
 
-TEST(Sm90CcPack, DevicePackEqualsCpuPack) {
+TEST(Sm90CcTactic, DevicePackEqualsCpuPack) {
   const WeightLayoutOps* ops = sm90_cc_weight_layout_ops();
   ASSERT_NE(ops, nullptr);
   EXPECT_EQ(ops->layout, WeightLayout::kSm90Cc);
@@ -411,38 +397,34 @@ TEST(Sm90CcPack, DevicePackEqualsCpuPack) {
   EXPECT_THROW(sm90::pack_cc_cpu(bad, canonical.data()), std::invalid_argument);
 }
 
-TEST_P(Sm90CcTactic, SingleGemmsMatchReference) {
-  GroupedGemmTactic& t = tactic();
-  run_single_case(t, GemmOp::kFc1SwiGlu, {1, 0, 2, 1, 0, 3}, 2048, 64, true, 0, 21);
-  run_single_case(t, GemmOp::kFc2, {1, 0, 2, 1, 0, 3}, 2048, 64, false, 8, 22);
+TEST(Sm90CcTactic, SingleGemmsMatchReference) {
+  run_single_case(GemmOp::kFc1SwiGlu, {1, 0, 2, 1, 0, 3}, 2048, 64, true, 0, 21);
+  run_single_case(GemmOp::kFc2, {1, 0, 2, 1, 0, 3}, 2048, 64, false, 8, 22);
   // One part (I = 16) and one FC2 chunk (H = 1024): FC1 contiguous and padded, FC2 gathered. (Twelve rows:
   // with a few dozen bf16 outputs, one rounding step on a large value would weigh on the relative L2 alone.)
-  run_single_case(t, GemmOp::kFc1SwiGlu, {5, 3, 0, 4}, 1024, 16, false, 8, 23);
-  run_single_case(t, GemmOp::kFc2, {5, 3, 0, 4}, 1024, 16, true, 0, 24);
+  run_single_case(GemmOp::kFc1SwiGlu, {5, 3, 0, 4}, 1024, 16, false, 8, 23);
+  run_single_case(GemmOp::kFc2, {5, 3, 0, 4}, 1024, 16, true, 0, 24);
 }
 
 // The TP8 shard at T = 1: 8 rows of one token each, 16 parts: 128 CTAs with 190,808 bytes of shared memory
 // each. A test of its own: scripts/gpu_check.sh leaves it out of racecheck, whose run time grows with each
 // CTA's shared-memory traffic (memcheck runs it).
-TEST_P(Sm90CcTactic, ChainedLaunchOnTheTp8DecodeShape) {
-  run_chain_case(tactic(), std::vector<int>(8, 1), 6144, 256, true, false, 31);
+TEST(Sm90CcTactic, ChainedLaunchOnTheTp8DecodeShape) {
+  run_chain_case(std::vector<int>(8, 1), 6144, 256, true, false, 31);
 }
 
-TEST_P(Sm90CcTactic, ChainedLaunchMatchesReference) {
-  GroupedGemmTactic& t = tactic();
-  run_chain_case(t, {2, 0, 1, 2, 0, 0, 2}, 1024, 32, false, false, 32);
-  run_chain_case(t, {8}, 1024, 16, false, false, 33);  // one part: each CTA is its row's last
-  // Hidden 3072: an odd count of FC2 chunks above one (3; the wide build's groups take two and one).
-  run_chain_case(t, {1, 0, 1, 1}, 3072, 32, true, false, 37);
+TEST(Sm90CcTactic, ChainedLaunchMatchesReference) {
+  run_chain_case({2, 0, 1, 2, 0, 0, 2}, 1024, 32, false, false, 32);
+  run_chain_case({8}, 1024, 16, false, false, 33);  // one part: each CTA is its row's last
+  run_chain_case({1, 0, 1, 1}, 3072, 32, true, false, 37);  // hidden 3072: an odd count of FC2 chunks (3)
   // The lookup's lane l reads the bounds of experts 32j + l, j = 0..31, the index clamped to offsets[E], and
   // counts those below E at or under the row. 45 experts: rows in both rounds (j = 0, 1) and on the last.
-  run_chain_case(t, sparse_rows(45, {{1, 2}, {4, 1}, {8, 3}, {16, 1}, {31, 1}, {32, 2}, {33, 1}, {40, 1}, {44, 2}}),
+  run_chain_case(sparse_rows(45, {{1, 2}, {4, 1}, {8, 3}, {16, 1}, {31, 1}, {32, 2}, {33, 1}, {40, 1}, {44, 2}}),
                  1024, 32, true, false, 34);
   // GLM-5's 256 experts (8 rounds) and the most the lookup takes, 1024 (all 32).
-  run_chain_case(t, sparse_rows(256, {{0, 1}, {7, 1}, {8, 2}, {100, 1}, {254, 1}, {255, 1}}), 1024, 32, true, false,
-                 35);
-  run_chain_case(t, sparse_rows(1024, {{0, 1}, {31, 1}, {32, 1}, {511, 2}, {992, 1}, {1023, 1}}), 1024, 32, true,
-                 false, 36);
+  run_chain_case(sparse_rows(256, {{0, 1}, {7, 1}, {8, 2}, {100, 1}, {254, 1}, {255, 1}}), 1024, 32, true, false, 35);
+  run_chain_case(sparse_rows(1024, {{0, 1}, {31, 1}, {32, 1}, {511, 2}, {992, 1}, {1023, 1}}), 1024, 32, true, false,
+                 36);
 }
 
 // Three chained launches back to back on one stream, no host sync between them, so that each starts on the
@@ -451,8 +433,9 @@ TEST_P(Sm90CcTactic, ChainedLaunchMatchesReference) {
 // writes (the engine's y) before each launch, FC1 reading them there without an index; else FC1 reads its
 // own buffer and the launches follow each other directly. Every used token row has an element 1000 times its
 // others (the prescale's range). The last launch against the reference.
-void run_back_to_back(GroupedGemmTactic& t, bool in_place, uint32_t seed) {
+void run_back_to_back(bool in_place, uint32_t seed) {
   SCOPED_TRACE(in_place ? "in place, a copy before each launch" : "launches adjacent");
+  GroupedGemmTactic& t = cc_tactic();
   const std::vector<int> rows = {1, 0, 1, 1, 0, 1, 1, 1};
   const int64_t hidden = 2048, inter = 128, E = static_cast<int64_t>(rows.size());
   const Rows g = grouped_rows(rows);
@@ -485,21 +468,20 @@ void run_back_to_back(GroupedGemmTactic& t, bool in_place, uint32_t seed) {
   expect_output(y, reference(w2, g, h, inter, {}), g.used, hidden, "FC2");
 }
 
-TEST_P(Sm90CcTactic, ChainedLaunchesBackToBack) {
-  run_back_to_back(tactic(), false, 52);
-  run_back_to_back(tactic(), true, 51);
+TEST(Sm90CcTactic, ChainedLaunchesBackToBack) {
+  run_back_to_back(false, 52);
+  run_back_to_back(true, 51);
 }
 
-TEST_P(Sm90CcTactic, FoldedLastExpertMatchesReference) {
-  GroupedGemmTactic& t = tactic();
-  run_chain_case(t, {1, 0, 1, 1, 1}, 2048, 64, false, true, 41);
-  run_chain_case(t, {0, 2, 1, 0, 2}, 1024, 32, true, true, 42);
+TEST(Sm90CcTactic, FoldedLastExpertMatchesReference) {
+  run_chain_case({1, 0, 1, 1, 1}, 2048, 64, false, true, 41);
+  run_chain_case({0, 2, 1, 0, 2}, 1024, 32, true, true, 42);
   // No rows on the folded expert: its own buffers are never read.
-  run_chain_case(t, {1, 1, 0, 2, 0}, 1024, 32, false, true, 43);
+  run_chain_case({1, 1, 0, 2, 0}, 1024, 32, false, true, 43);
 }
 
-TEST_P(Sm90CcTactic, CheckAcceptsTheDecodeShapeAndRefusesOthers) {
-  const GroupedGemmTactic& t = tactic();
+TEST(Sm90CcTactic, CheckAcceptsTheDecodeShapeAndRefusesOthers) {
+  const GroupedGemmTactic& t = cc_tactic();
   const DeviceCaps caps = query_device_caps(0);
   for (const GemmOp op : {GemmOp::kFc1SwiGlu, GemmOp::kFc2}) {
     SCOPED_TRACE(gemm_op_name(op));
@@ -520,7 +502,7 @@ TEST_P(Sm90CcTactic, CheckAcceptsTheDecodeShapeAndRefusesOthers) {
   }
 }
 
-TEST_P(Sm90CcTactic, RefusesBadArguments) {
+TEST(Sm90CcTactic, RefusesBadArguments) {
   const GemmProblem p1 = mlp_problem(GemmOp::kFc1SwiGlu, 4, 1024, 32, 4, 1),
                     p2 = mlp_problem(GemmOp::kFc2, 4, 1024, 32, 4, 1);
   DeviceBuffer buf(1 << 16);
@@ -542,11 +524,11 @@ TEST_P(Sm90CcTactic, RefusesBadArguments) {
   };
   {
     // A tactic of its own: the shared one may already be initialised.
-    const std::unique_ptr<GroupedGemmTactic> fresh = make_cc_tactic(GetParam());
+    const std::unique_ptr<GroupedGemmTactic> fresh = make_cc_tactic();
     expect_refused(fresh->run(a1, nullptr), "run before init", "init()");
     expect_refused(fresh->run_chained(a1, a2, nullptr), "run_chained before init", "init()");
   }
-  GroupedGemmTactic& t = tactic();
+  GroupedGemmTactic& t = cc_tactic();
   ASSERT_TRUE(t.init(p1).is_ok());
   GroupedGemmArgs b = a2;
   b.problem.k = 64;  // FC2's K is not FC1's N
@@ -589,12 +571,6 @@ TEST_P(Sm90CcTactic, RefusesBadArguments) {
   expect_refused(t.run_chained(b, a2, nullptr), "routing in the chain", "routing");
   SM90_CUDA_OK(cudaDeviceSynchronize());  // nothing was launched, nothing failed
 }
-
-// Test names end in the build's threads: Builds/Sm90CcTactic.<case>/t512 and /t1024.
-INSTANTIATE_TEST_SUITE_P(Builds, Sm90CcTactic, ::testing::ValuesIn(kCcNames),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param) == sm90::kCcWideTacticName ? "t1024" : "t512";
-                         });
 
 }  // namespace
 }  // namespace fp4moe

@@ -56,35 +56,29 @@ void append_sm90_tactic_descs(std::vector<TacticDesc>& out) {
 // declares GLM-5's (H = 6144, 190,808 bytes), which a 99 KB device refuses by the descriptor alone, and
 // check_cc_tactic checks each problem's own. Its one row per expert is a speed rule, not a correctness
 // one (every row reads its expert's weights again): two rows per expert run correctly but stream twice.
-// Two builds of it: 512 threads a CTA, and the wide one of 1024 (kCcWideTacticName), registered second so that
-// the heuristic, which takes the first resident tactic that passes, keeps the first until timings choose.
 void append_sm90_cc_tactic_descs(std::vector<TacticDesc>& out) {
-  for (const bool wide : {false, true}) {
-    TacticDesc d;
-    d.name = wide ? sm90::kCcWideTacticName : sm90::kCcTacticName;
-    d.family = "sm90";
-    d.tile_m = 2 * sm90::kCcCols;  // FC1's 16 gate and 16 up rows of a CTA
-    d.tile_n = 1;                   // one token per CTA
-    d.tile_k = sm90::kCcChunkK;     // FC1's K per chunk (one mbarrier)
-    d.stages = 0;                   // every chunk of the CTA in flight at once
-    d.ctas_per_sm = 1;
-    d.schedule = "resident";
-    d.layout = WeightLayout::kSm90Cc;
-    d.req.min_cc = 90;
-    d.req.max_cc = 90;
-    d.req.exact_cc = 90;             // built into the sm_90a binary (bulk copies, red.add.v2, cvt e4m3x2)
-    d.req.needs_arch_specific = false;  // no wgmma, no setmaxnreg
-    d.req.smem_bytes = sm90::cc_smem_bytes(true, true, 6144);
-    // __launch_bounds__(threads, 1) allows 128 registers at 512 threads, 64 at 1024; sm90_cc_tactic_test checks
-    // the build.
-    d.req.regs_per_thread = wide ? 64 : 128;
-    d.req.threads = wide ? 2 * sm90::kCcThreads : sm90::kCcThreads;
-    d.req.k_align = sm90::kCcCols;   // FC2's K; FC1's K (the hidden size) a multiple of 1024: check_cc_tactic
-    d.req.n_align = sm90::kCcCols;   // FC1's N; FC2's N (the hidden size) a multiple of 1024: check_cc_tactic
-    d.req.max_rows_per_expert = 1;
-    d.req.ops = {GemmOp::kFc1SwiGlu, GemmOp::kFc2};
-    out.push_back(d);
-  }
+  TacticDesc d;
+  d.name = sm90::kCcTacticName;
+  d.family = "sm90";
+  d.tile_m = 2 * sm90::kCcCols;  // FC1's 16 gate and 16 up rows of a CTA
+  d.tile_n = 1;                   // one token per CTA
+  d.tile_k = sm90::kCcChunkK;     // FC1's K per chunk (one mbarrier)
+  d.stages = 0;                   // every chunk of the CTA in flight at once
+  d.ctas_per_sm = 1;
+  d.schedule = "resident";
+  d.layout = WeightLayout::kSm90Cc;
+  d.req.min_cc = 90;
+  d.req.max_cc = 90;
+  d.req.exact_cc = 90;             // built into the sm_90a binary (bulk copies, red.add.v2, cvt e4m3x2)
+  d.req.needs_arch_specific = false;  // no wgmma, no setmaxnreg
+  d.req.smem_bytes = sm90::cc_smem_bytes(true, true, 6144);
+  d.req.regs_per_thread = 128;     // __launch_bounds__(512, 1) allows 128; sm90_cc_tactic_test checks the build
+  d.req.threads = sm90::kCcThreads;
+  d.req.k_align = sm90::kCcCols;   // FC2's K; FC1's K (the hidden size) a multiple of 1024: check_cc_tactic
+  d.req.n_align = sm90::kCcCols;   // FC1's N; FC2's N (the hidden size) a multiple of 1024: check_cc_tactic
+  d.req.max_rows_per_expert = 1;
+  d.req.ops = {GemmOp::kFc1SwiGlu, GemmOp::kFc2};
+  out.push_back(d);
 }
 
 namespace sm90 {

@@ -18,8 +18,6 @@
 //     FC1's input rows may share a buffer with FC2's output rows (the engine's grouped copy in y) where FC1
 //     reads them without an index: row r's output is written only once each of its CTAs has its copy of
 //     row r; through an index, a row could still be due to another row's CTAs.
-// Two builds, two tactics (sm90_cc.h): 512 threads a CTA (below), and the wide build of 1024, two groups of
-// 512 that take alternate chunks (the kernel's kWide).
 // Per CTA (512 threads, 16 warps):
 //   FC1: the token's bf16 row and hidden / 512 chunks of 9,216 bytes; warp w takes SwiGLU column 16p + w
 //        (its gate and up rows), lane l the chunk's k16 block l; the token is scaled by a power of two into
@@ -100,21 +98,11 @@ __device__ __forceinline__ int cc_find_expert(const int32_t* __restrict__ off, i
   return below < E ? below : -1;
 }
 
-// kWide: 1024 threads instead of 512, as two groups of 512 that take alternate chunks (group g the chunks
-// c = g mod 2 of FC1 and of FC2), each thread of a group doing what a thread of the 512 does for its chunk:
-// the same instructions and shared-memory reads per chunk, twice the warps to hide their latency, and two
-// chunks' math in flight at once. FC1's column sums add group 1's to group 0's at the end.
-template <int kMode, bool kWide>
-__global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
-    sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
+template <int kMode>
+__global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
   constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
-  constexpr int kGroups = kWide ? 2 : 1, kThreads = kGroups * kCcThreads;
   extern __shared__ __align__(128) uint8_t smem[];
-  static_assert(kThreads / 32 <= 32 && 2 * kCcCols <= 32 && kCcRedFloats >= 32 + kCcCols,
-                "red[0..32): a float per warp (cc_cta_max) or group 1's (gate, up) sums; red[32..48): SwiGLU");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // The thread's group, and its thread and warp within the group (kWide: two groups of 512).
-  const int grp = kWide ? tid / kCcThreads : 0, gtid = kWide ? tid % kCcThreads : tid, gwarp = gtid >> 5;
   const int H = prm.hidden, I = prm.inter;
   const int n1 = kFc1 ? H / kCcChunkK : 0, n2 = kFc2 ? H / kCcChunkRows : 0, nch = n1 + n2;
   const int row = static_cast<int>(blockIdx.x / prm.parts), p = static_cast<int>(blockIdx.x % prm.parts);
@@ -173,22 +161,21 @@ __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
     const uint32_t x_s = smem_addr(smem), xh_s = smem_addr(smem + 2 * H);
     mbar_wait(&bars[nch], 0);
     float m = 0.f;
-    for (int b = tid; b < H / 16; b += kThreads)
+    for (int b = tid; b < H / 16; b += kCcThreads)
       m = cc_max_abs_bf16x16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), m);
-    const int ex = cc_prescale(cc_cta_max(m, red, kThreads / 32));
+    const int ex = cc_prescale(cc_cta_max(m, red, kCcThreads / 32));
     const float sx = e4m3_pow2(ex);
-    for (int b = tid; b < H / 16; b += kThreads)
+    for (int b = tid; b < H / 16; b += kCcThreads)
       cc_token_block_to_f16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), sx, smem + 2 * H + 16 * b,
                             smem + 3 * H + 16 * b);
     __syncthreads();  // the f16 token written; red[] free again
 
-    // Group warp w's gate and up rows, lane l's k16 block of each of the group's chunks: (gate, up) sums in
-    // fp32.
+    // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32.
     const uint32_t chunk_s = smem_addr(chunks);
     float accg = 0.f, accu = 0.f;
-    for (int c = grp; c < n1; c += kGroups) {
+    for (int c = 0; c < n1; ++c) {
       mbar_wait(&bars[c], 0);
-      const float2 gu = cc_fc1_unit(chunk_s + c * kCcChunkBytes, 32 * gwarp + lane, xh_s, H, 32 * c + lane);
+      const float2 gu = cc_fc1_unit(chunk_s + c * kCcChunkBytes, 32 * warp + lane, xh_s, H, 32 * c + lane);
       accg += gu.x;
       accu += gu.y;
     }
@@ -197,21 +184,11 @@ __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
       accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
       accu += __shfl_xor_sync(0xFFFFFFFFu, accu, o);
     }
-    // Column j of the part (0..15) from its gate and up sums: to h and to red[32 + j].
-    auto swiglu = [&](float gsum, float usum, int j) {
-      const uint16_t rounded = cc_swiglu_bf16(gsum, usum, ex, sg, su);
-      prm.h[static_cast<int64_t>(row) * I + kCcCols * p + j] = rounded;
-      red[32 + j] = bf16_bits_to_f32(rounded);
-    };
-    if constexpr (kWide) {  // group 1's sums through red[0..31] (free since the token's barrier)
-      if (grp == 1 && lane == 0) {
-        red[2 * gwarp] = accg;
-        red[2 * gwarp + 1] = accu;
-      }
-      __syncthreads();
-      if (grp == 0 && lane == 0) swiglu(accg + red[2 * gwarp], accu + red[2 * gwarp + 1], gwarp);
-    } else {
-      if (lane == 0) swiglu(accg, accu, warp);
+    // Warp w's SwiGLU column (cc_swiglu_bf16): to h and to red[32 + w].
+    if (lane == 0) {
+      const uint16_t rounded = cc_swiglu_bf16(accg, accu, ex, sg, su);
+      prm.h[static_cast<int64_t>(row) * I + kCcCols * p + warp] = rounded;
+      red[32 + warp] = bf16_bits_to_f32(rounded);
     }
   } else {
     // FC2 alone: the part's 16 SwiGLU values from FC1's output row.
@@ -225,10 +202,10 @@ __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
     const float unscale2 = e4m3_pow2(14 - eh) * s2e;
     float* acc_row = prm.acc + static_cast<int64_t>(row) * H;
     const uint32_t chunk_s = smem_addr(chunks);
-    for (int f = grp; f < n2; f += kGroups) {
+    for (int f = 0; f < n2; ++f) {
       mbar_wait(&bars[n1 + f], 0);
-      const float2 v = cc_fc2_rows(chunk_s + (n1 + f) * kCcChunkBytes, gtid, hv);
-      float* dst = acc_row + kCcChunkRows * f + 2 * gtid;
+      const float2 v = cc_fc2_rows(chunk_s + (n1 + f) * kCcChunkBytes, tid, hv);
+      float* dst = acc_row + kCcChunkRows * f + 2 * tid;
       asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(v.x * unscale2), "f"(v.y * unscale2)
                    : "memory");
     }
@@ -245,7 +222,7 @@ __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
       fence_acq_rel_gpu();
       uint16_t* y_row = prm.y + static_cast<int64_t>(row) * H;
       // Four float4 a thread in flight at once (hidden 8192 in one round trip to L2), then their stores.
-      constexpr int kLoads = 4, kStride = 4 * kThreads;
+      constexpr int kLoads = 4, kStride = 4 * kCcThreads;
       for (int i0 = 4 * tid; i0 < H; i0 += kLoads * kStride) {
         float4 v[kLoads];
 #pragma unroll
@@ -267,17 +244,12 @@ __global__ void __launch_bounds__(kWide ? 2 * kCcThreads : kCcThreads, 1)
 }
 
 using CcKernel = void (*)(CcParams);
-template <bool kWide>
-CcKernel cc_kernel_of(int mode) {
+CcKernel cc_kernel(int mode) {
   switch (mode) {
-    case kCcFc1: return &sm90_cc_resident_kernel<kCcFc1, kWide>;
-    case kCcFc2: return &sm90_cc_resident_kernel<kCcFc2, kWide>;
-    default: return &sm90_cc_resident_kernel<kCcChain, kWide>;
+    case kCcFc1: return &sm90_cc_resident_kernel<kCcFc1>;
+    case kCcFc2: return &sm90_cc_resident_kernel<kCcFc2>;
+    default: return &sm90_cc_resident_kernel<kCcChain>;
   }
-}
-// The kernel of a launch mode for a build of `threads` (kCcThreads or twice that: kWide).
-CcKernel cc_kernel(int mode, int threads) {
-  return threads == kCcThreads ? cc_kernel_of<false>(mode) : cc_kernel_of<true>(mode);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -323,16 +295,13 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     int limit = optin;
     for (int mode : {kCcFc1, kCcFc2, kCcChain}) {
       cudaFuncAttributes attr{};
-      if (s)
-        s = cuda_status(cudaFuncGetAttributes(&attr, cc_kernel(mode, threads())), "cudaFuncGetAttributes",
-                        desc_.name);
+      if (s) s = cuda_status(cudaFuncGetAttributes(&attr, cc_kernel(mode)), "cudaFuncGetAttributes", desc_.name);
       if (s) limit = std::min(limit, optin - static_cast<int>(attr.sharedSizeBytes));
     }
     for (int mode : {kCcFc1, kCcFc2, kCcChain})
       if (s)
-        s = cuda_status(
-            cudaFuncSetAttribute(cc_kernel(mode, threads()), cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
-            "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
+        s = cuda_status(cudaFuncSetAttribute(cc_kernel(mode), cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+                        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
     smem_limit_ = s ? limit : 0;
     return s;
   }
@@ -452,10 +421,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     return Status::ok();
   }
 
-  // The build's threads a CTA: kCcThreads, or twice that for the wide build (the descriptor's).
-  int threads() const { return desc_.req.threads; }
-
-  // rows x parts CTAs of the build's threads, with the launch's shared memory.
+  // rows x parts CTAs of kCcThreads, with the launch's shared memory.
   Status launch(int mode, const CcParams& prm, const GemmProblem& p, Stream stream) const {
     const int64_t smem = cc_smem_bytes(mode & kCcFc1, mode & kCcFc2, prm.hidden);
     if (smem > smem_limit_)
@@ -463,7 +429,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                     fmt::format("{}: {} needs {} bytes of shared memory per block, the device allows {}", desc_.name,
                                 p.to_string(), smem, smem_limit_));
     const dim3 grid(static_cast<unsigned>(p.total_rows * prm.parts));
-    return cuda_status(launch_pdl(cc_kernel(mode, threads()), grid, dim3(threads()), static_cast<size_t>(smem),
+    return cuda_status(launch_pdl(cc_kernel(mode), grid, dim3(kCcThreads), static_cast<size_t>(smem),
                                   reinterpret_cast<cudaStream_t>(stream), prm),
                        "kernel launch", desc_.name);
   }
@@ -500,12 +466,11 @@ Status pack_cc_device(const GemmProblem& p, const void* canonical, void* dst, St
   return cuda_status(cudaGetLastError(), "cc_pack_kernel launch", "kSm90Cc pack");
 }
 
-Status cc_kernel_resources(int threads, cudaFuncAttributes* out) {
+Status cc_kernel_resources(cudaFuncAttributes* out) {
   cudaFuncAttributes a{};
   *out = cudaFuncAttributes{};
   for (int mode : {kCcFc1, kCcFc2, kCcChain}) {
-    const Status st = cuda_status(cudaFuncGetAttributes(&a, cc_kernel(mode, threads)), "cudaFuncGetAttributes",
-                                  "sm90 cc");
+    const Status st = cuda_status(cudaFuncGetAttributes(&a, cc_kernel(mode)), "cudaFuncGetAttributes", "sm90 cc");
     if (!st) return st;
     if (mode == kCcFc1) *out = a;
     out->numRegs = std::max(out->numRegs, a.numRegs);

@@ -14,12 +14,9 @@
 namespace fp4moe {
 namespace sm90 {
 
-// The stable names of the resident tactics: 32 weight rows (16 gate + 16 up) a CTA, one token, math on the
-// CUDA cores. kCcTacticName: 512 threads, a thread's two rows of each chunk (FC1: K 512 a chunk).
-// kCcWideTacticName: 1024 threads ("t1024"), two groups of 512 on alternate chunks, twice the warps for the
-// same work. Same layout (kSm90Cc).
+// The stable name of the resident tactic: 32 weight rows (16 gate + 16 up) a CTA, one token, FC1 chunks
+// of K 512, math on the CUDA cores.
 constexpr const char* kCcTacticName = "sm90.w4f16.m32n1k512.cc";
-constexpr const char* kCcWideTacticName = "sm90.w4f16.m32n1k512.cc.t1024";
 
 // check_tactic on the descriptor, then what depends on the problem: the kSm90Cc layout's shape (hidden a
 // multiple of 1024, the SwiGLU width a multiple of 16), at most kCcMaxExperts experts, 2^31 CTAs, and the
@@ -28,9 +25,8 @@ constexpr const char* kCcWideTacticName = "sm90.w4f16.m32n1k512.cc.t1024";
 TacticCheck check_cc_tactic(const TacticDesc& desc, const GemmProblem& p, const DeviceCaps& caps);
 
 #ifdef FP4MOE_HAVE_CUDA
-// The larger registers and local memory of the three kernels (FC1, FC2, chain) of the build of `threads`
-// threads a CTA (a resident tactic's desc().req.threads: 512 or 1024).
-Status cc_kernel_resources(int threads, cudaFuncAttributes* out);
+// The larger registers and local memory of the tactic's three kernels (FC1, FC2, chain).
+Status cc_kernel_resources(cudaFuncAttributes* out);
 #endif
 
 }  // namespace sm90
