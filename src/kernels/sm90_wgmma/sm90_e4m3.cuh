@@ -19,12 +19,7 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2(float a, float b) {
   return r;
 }
 // e4m3 byte -> fp32 (exact: every e4m3 value is an f16 value).
-__device__ __forceinline__ float e4m3_to_f32(uint32_t byte) {
-  const uint32_t h2 = e4m3x2_to_f16x2(byte & 0xFFu);
-  float f;
-  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %1;\ncvt.f32.f16 %0, l;\n}\n" : "=f"(f) : "r"(h2));
-  return f;
-}
+__device__ __forceinline__ float e4m3_to_f32(uint32_t byte) { return f16x2_to_f32(e4m3x2_to_f16x2(byte & 0xFFu)).x; }
 
 // Four activations v[0..3] (already times 2^-E) -> their hi and lo e4m3 bytes, element i in byte i.
 __device__ __forceinline__ void e4m3_split_word(const float* v, uint32_t& hi, uint32_t& lo) {

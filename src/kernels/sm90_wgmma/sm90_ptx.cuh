@@ -85,6 +85,14 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(static_cast<uint16_t>(two_bytes)));
   return d;
 }
+// f16x2 -> its two halves in fp32 (low, high), exact.
+__device__ __forceinline__ float2 f16x2_to_f32(uint32_t h) {
+  float2 f;
+  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(h));
+  return f;
+}
 // 16-byte shared-memory load at a 32-bit shared address.
 __device__ __forceinline__ uint4 ld_shared_u4(uint32_t addr) {
   uint4 v;
