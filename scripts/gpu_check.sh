@@ -225,15 +225,19 @@ if want sm90; then
     status=1
     note "bench_sm90: not staged (scripts/gpu_build.sh stages it)"
   fi
-  for v in "0 1" "1 1" "1 0"; do
-    read -r cc fold <<<"$v"
-    d="$out/bench_tp8_cc${cc}_fold$fold"
+  # The TP8 forward at T = 1: (FP4MOE_SM90_CC, FP4MOE_FOLD_SHARED, FP4MOE_SM90_CC_SPREAD), the wgmma chain
+  # first and last, so that the spread form (1 1 1) sits between two of its peers' runs.
+  for v in "0 1 1" "1 1 1" "1 1 0" "1 0 1" "0 1 1"; do
+    read -r cc fold spread <<<"$v"
+    d="$out/bench_tp8_cc${cc}_fold${fold}_spread$spread"
+    [ -d "$d" ] && d="${d}_again"
     mkdir -p "$d"
-    FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_PRINT_TACTICS=1 timeout -k 10 "${BENCH_TIMEOUT:-180}" \
+    FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_SM90_CC_SPREAD=$spread FP4MOE_PRINT_TACTICS=1 \
+      timeout -k 10 "${BENCH_TIMEOUT:-180}" \
       "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts --dump-dir "$d" \
       >"$d.log" 2>&1
     rc=$?
-    what="fp4moe bench --tp 8 --tokens 1, FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold"
+    what="fp4moe bench --tp 8 --tokens 1, FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_SM90_CC_SPREAD=$spread"
     if [ $rc -eq 0 ]; then note "$what: done"; else status=1; note "$what: FAIL rc=$rc"; fi
   done
 fi

@@ -47,7 +47,7 @@ struct RouteFront {
   int32_t* ids = nullptr;         // [T, topk] global ids
   float* weights = nullptr;       // [T, topk]
   int32_t* offsets = nullptr;     // [pexperts + 1] (+1 with append)
-  int32_t* gather = nullptr;      // [P]: token of grouped row r
+  int32_t* gather = nullptr;      // [P (+ tokens with append)]: token of grouped row r
   int32_t* pair_pos = nullptr;    // [P]: grouped row of pair i
 };
 
@@ -262,7 +262,10 @@ __device__ void front_route_permute(const RouteFront& f, const FrontScratch& s, 
   }
   if (f.append) {
 #pragma unroll 1
-    for (int t = tid; t < f.tokens; t += nthreads) s.src[P + t] = t;
+    for (int t = tid; t < f.tokens; t += nthreads) {
+      s.src[P + t] = t;
+      if (write) f.gather[P + t] = t;
+    }
   }
   if (write) {
 #pragma unroll 1

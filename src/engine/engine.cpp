@@ -427,12 +427,16 @@ class CudaMoeEngine final : public MoeEngine {
       a1.routing = &dr;
       a1.a_row_index = nullptr;  // a1.a = x: the launch reads token rows through its own grouping
     } else if (fused_front(T)) {
-      // Decode: routing, permutation and the copy in one launch (front_small.cu).
+      // Decode: routing, permutation and the copy in one launch (front_small.cu). The resident tactic reads
+      // each row with one bulk copy, through the index as fast as from a copy, and its chained launch spreads
+      // the folded shared expert over the routed rows' CTAs only where every row's index names the same
+      // token (sm90_cc.cu): it takes the index, and the launch copies nothing.
+      const bool resident = bt.fc1->desc().schedule == "resident";
       st = launch_front_small(logits, w_.bias.as<float>(), T, cfg_, FrontShard{shard_.first, shard_.count}, x, H,
-                              ptrs_.topk_ids, ptrs_.topk_weights, pb, ptrs_.y, stream, fold);
+                              ptrs_.topk_ids, ptrs_.topk_weights, pb, resident ? nullptr : ptrs_.y, stream, fold);
       if (!st.is_ok()) return st;
-      a1.a = ptrs_.y;
-      a1.a_row_index = nullptr;
+      a1.a = resident ? x : ptrs_.y;
+      a1.a_row_index = resident ? ptrs_.gather : nullptr;
     } else {
       st = launch_routing(logits, w_.bias.as<float>(), T, cfg_, ptrs_.topk_ids, ptrs_.topk_weights, stream);
       if (!st.is_ok()) return st;

@@ -33,7 +33,7 @@ struct PermuteBuffers {
   int32_t* rank = nullptr;            // [pairs] rank of the pair among its chunk's pairs of the same expert
   int32_t* chunk_base = nullptr;      // [permute_chunks(pairs)][E] per-chunk counts, then row bases
   int32_t* offsets = nullptr;         // [E + 1] expert row offsets (the grouped GEMMs' expert_offsets)
-  int32_t* gather = nullptr;          // [pairs] token of each grouped row (FC1's a_row_index)
+  int32_t* gather = nullptr;          // [pairs (+ tokens appended)] token of each grouped row (FC1's a_row_index)
   int32_t* pair_pos = nullptr;        // [pairs] grouped row of pair t*topk + k (for finalize)
   int32_t* shared_offsets = nullptr;  // [2] or null: set to {0, T} for the shared expert's GEMMs
 };
@@ -66,6 +66,7 @@ bool front_small_supported(const MoeConfig& cfg, int64_t tokens, int64_t permute
 Status launch_front_small(const float* logits, const float* bias, int64_t tokens, const MoeConfig& cfg,
                           const FrontShard& shard, const uint16_t* x, int64_t ld, int32_t* ids, float* weights,
                           const PermuteBuffers& b, uint16_t* y, Stream stream, bool append_tokens = false);
+// (y null: no copy; FC1 reads the token rows through b.gather, which also holds the appended rows' tokens.)
 
 // --- finalize (finalize.cu) -------------------------------------------------------------------------
 // out[t] = bf16( sum_k w[t,k] * y[pair_pos[t*topk+k]] (+ y_shared[t]) ), fp32, k in order then shared (R5).

@@ -14,7 +14,9 @@
 // per thread with their loads in flight together, which is what needs the grid (one block per 1024
 // vectors: 6 blocks for one GLM-5 token's 8 rows). The redundant routing costs each block one read of
 // the T x E logits (L2) and a few hundred cycles, less than a kernel boundary.
-// The outputs are the same bytes as the separate launches' (routing_gpu_test compares them).
+// The outputs are the same bytes as the separate launches' (routing_gpu_test compares them). With y null
+// the launch is one block that routes and writes the maps, no copy (the resident tactic reads its token rows
+// through gather with one bulk copy a row either way).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -64,6 +66,7 @@ __global__ void __launch_bounds__(kFrontThreads) front_small_kernel(const __grid
       blockIdx.x == 0);
   // The gathered copy of the kept rows (with expert parallelism the dropped bucket's rows are not copied)
   // and of the appended ones.
+  if (p.y == nullptr) return;  // no copy: FC1 reads the rows through gather
   const int P = p.f.tokens * p.f.rp.topk;
   const int kept = p.f.local ? s_off[p.f.count] : P + (p.f.append ? p.f.tokens : 0);
   const int total = kept * p.vecs, stride = gridDim.x * kFrontThreads;
@@ -111,8 +114,8 @@ Status launch_front_small(const float* logits, const float* bias, int64_t tokens
                   fmt::format("front_small: {} tokens x top-{} over {} experts ({} routing) is outside the fused "
                               "path (at most {} pairs, the register routing's shapes)",
                               tokens, cfg.topk, E, routing_kind_name(cfg.routing), kFrontMaxPairs));
-  if (H % 8 != 0 || ld % 8 != 0 || ld < H || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(y) % 16 != 0)
+  if (y != nullptr && (H % 8 != 0 || ld % 8 != 0 || ld < H || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+                       reinterpret_cast<uintptr_t>(y) % 16 != 0))
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("front_small: rows of {} bf16 (leading dimension {}) are not 16-byte vectors", H, ld));
   FrontParams p;
@@ -137,7 +140,7 @@ Status launch_front_small(const float* logits, const float* bias, int64_t tokens
   p.y = reinterpret_cast<uint4*>(y);
   p.vecs = static_cast<int>(H / 8);
   // Each thread copies kCopyBatch vectors (its loads in flight together): few blocks, each a short stay.
-  const int64_t vecs_total = (tokens * cfg.topk + (append_tokens ? tokens : 0)) * p.vecs;
+  const int64_t vecs_total = y == nullptr ? 0 : (tokens * cfg.topk + (append_tokens ? tokens : 0)) * p.vecs;
   const unsigned blocks = static_cast<unsigned>(
       std::max<int64_t>(1, (vecs_total + kFrontThreads * kCopyBatch - 1) / (kFrontThreads * kCopyBatch)));
   const bool narrow = f.rp.experts <= 32 * 8;

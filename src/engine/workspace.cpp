@@ -27,7 +27,7 @@ WorkspacePlan plan_workspace(const WorkspaceShape& s) {
   p.chunk_base = take(4 * static_cast<size_t>(permute_chunks(static_cast<int64_t>(P))) * Ep);
   p.offsets = take(4 * (Ep + 2));  // one more: the folded shared expert's end (fold_rows)
   p.shared_offsets = take(4 * 2);
-  p.gather = take(4 * P);
+  p.gather = take(4 * (P + static_cast<size_t>(s.fold_rows)));  // the folded rows' tokens too
   p.pair_pos = take(4 * P);
   const size_t rows = P + static_cast<size_t>(s.fold_rows);
   p.h1 = take(2 * rows * static_cast<size_t>(s.inter));

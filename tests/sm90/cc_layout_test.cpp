@@ -91,25 +91,40 @@ TEST(CcLayout, PackPutsEveryCodeAndScaleWhereTheKernelReadsThem) {
                           std::ldexp(e2m1_decode(canonical_code(fc1, row, 16 * kb + k, hidden)), -14));
               ASSERT_EQ(chunk[kCcCodeBytes + 2 * unit + half], scales1[row * (hidden / 16) + kb]);
             }
-      // FC2: thread t's rows 2t and 2t + 1 of chunk f over the part's k16 block p.
-      for (int64_t f = 0; f < cc_fc2_chunks(hidden); ++f)
-        for (int t = 0; t < kCcChunkRows / 2; ++t)
-          for (int h = 0; h < 2; ++h) {
-            const uint8_t* chunk = out2.data() + sm90::cc_chunk_offset(false, hidden, inter, e, p, f);
-            const int64_t row = e * hidden + kCcChunkRows * f + 2 * t + h;
-            for (int k = 0; k < 16; ++k)
-              ASSERT_EQ(decoded(word(chunk + 16 * t + 8 * h, k), k),
-                        std::ldexp(e2m1_decode(canonical_code(fc2, row, 16 * p + k, inter)), -14));
-            ASSERT_EQ(chunk[kCcCodeBytes + 2 * t + h], scales2[row * (inter / 16) + p]);
-          }
+      // FC2: plane j's word v of chunk f holds rows 4v .. 4v + 3 of the chunk, columns 16p + 2j and + 1 (code
+      // 2i + c of the word: row 4v + i, column 2j + c); row i's scale at byte 8192 + i.
+      for (int64_t f = 0; f < cc_fc2_chunks(hidden); ++f) {
+        const uint8_t* chunk = out2.data() + sm90::cc_chunk_offset(false, hidden, inter, e, p, f);
+        for (int j = 0; j < 8; ++j)
+          for (int v = 0; v < kCcChunkRows / 4; ++v)
+            for (int k = 0; k < 8; ++k) {
+              const int64_t row = e * hidden + kCcChunkRows * f + 4 * v + k / 2;
+              ASSERT_EQ(decoded(word(chunk + 1024 * j + 4 * v, 0), k),
+                        std::ldexp(e2m1_decode(canonical_code(fc2, row, 16 * p + 2 * j + k % 2, inter)), -14))
+                  << "e " << e << " p " << p << " f " << f << " plane " << j << " word " << v << " code " << k;
+            }
+        for (int i = 0; i < kCcChunkRows; ++i)
+          ASSERT_EQ(chunk[kCcCodeBytes + i], scales2[(e * hidden + kCcChunkRows * f + i) * (inter / 16) + p]);
+      }
     }
-  // The probe's layout: each part's FC1 chunks, then its FC2 chunks.
-  std::vector<uint8_t> both(out1.size() + out2.size());
-  pack_cc_layout(fc1.data(), fc2.data(), experts, hidden, inter, both.data());
+  // The probe's layout: each part's FC1 chunks as the library packs them, then its FC2 chunks in the probe's
+  // own layout (thread t's rows 2t and 2t + 1 of chunk f over the part's k16 block p).
   const int64_t b1 = cc_fc1_chunks(hidden) * kCcChunkBytes, b2 = cc_fc2_chunks(hidden) * kCcChunkBytes;
+  std::vector<uint8_t> both(static_cast<size_t>(experts * parts * (b1 + b2)));
+  pack_cc_layout(fc1.data(), fc2.data(), experts, hidden, inter, both.data());
   for (int64_t i = 0; i < experts * parts; ++i) {
     ASSERT_TRUE(std::equal(out1.begin() + i * b1, out1.begin() + (i + 1) * b1, both.begin() + i * (b1 + b2)));
-    ASSERT_TRUE(std::equal(out2.begin() + i * b2, out2.begin() + (i + 1) * b2, both.begin() + i * (b1 + b2) + b1));
+    const int64_t e = i / parts, p = i % parts;
+    for (int64_t f = 0; f < cc_fc2_chunks(hidden); ++f)
+      for (int t = 0; t < kCcChunkRows / 2; ++t)
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* chunk = both.data() + i * (b1 + b2) + b1 + f * kCcChunkBytes;
+          const int64_t row = e * hidden + kCcChunkRows * f + 2 * t + h;
+          for (int k = 0; k < 16; ++k)
+            ASSERT_EQ(decoded(word(chunk + 16 * t + 8 * h, k), k),
+                      std::ldexp(e2m1_decode(canonical_code(fc2, row, 16 * p + k, inter)), -14));
+          ASSERT_EQ(chunk[kCcCodeBytes + 2 * t + h], scales2[row * (inter / 16) + p]);
+        }
   }
 }
 

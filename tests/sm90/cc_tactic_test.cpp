@@ -9,6 +9,9 @@
 //     round of the warp's expert lookup); then the folded last expert (last_expert_weights), whose main
 //     buffers hold only E - 1 experts; three launches back to back on one stream (no host sync between them),
 //     adjacent and as the engine runs them (FC1's rows copied into the buffer FC2 writes), outlier tokens;
+//     the spread form (one token's 8 routed rows and the folded expert's row, whose column pairs the routed
+//     rows' CTAs compute) on small shapes and the TP8 one, and the launches the kernel must not spread (rows
+//     of different tokens, the folded expert without its row);
 //   - check() on this device: the decode shape passes; a hidden size off 1024, a SwiGLU width off 16, two
 //     rows per expert, too many experts, too much shared memory and an sm_80 profile are refused with a
 //     reason; the kernels use no local memory and no more registers than the descriptor declares;
@@ -292,16 +295,18 @@ void run_single_case(GemmOp op, const std::vector<int>& rows, int64_t hidden, in
 // FC1 then FC2 over experts with rows[e] rows, the last expert's weights in their own buffers when `fold`:
 // three times the two launches (run, run), then three times the chained launch (run_chained). Every h (FC1's
 // output) the same bytes as the first, within 5e-3 of the reference on the token rows (gathered or not);
-// every y within 5e-3 of the reference on that h.
+// every y within 5e-3 of the reference on that h. one_token (with gather): every row reads token row 0, as
+// the engine's rows at T = 1 do.
 void run_chain_case(const std::vector<int>& rows, int64_t hidden, int64_t inter, bool gather, bool fold,
-                    uint32_t seed) {
+                    uint32_t seed, bool one_token = false) {
   GroupedGemmTactic& t = cc_tactic();
   ASSERT_TRUE(t.can_chain());
   const Rows g = grouped_rows(rows);
   const int64_t E = static_cast<int64_t>(rows.size());
   const GemmProblem p1 = mlp_problem(GemmOp::kFc1SwiGlu, E, hidden, inter, g.total, g.max_per_expert),
                     p2 = mlp_problem(GemmOp::kFc2, E, hidden, inter, g.total, g.max_per_expert);
-  SCOPED_TRACE(fmt::format("chain H={} I={} {} gather={} fold={}", hidden, inter, rows_name(rows), gather, fold));
+  SCOPED_TRACE(fmt::format("chain H={} I={} {} gather={} fold={} one_token={}", hidden, inter, rows_name(rows), gather,
+                           fold, one_token));
   for (const GemmProblem& p : {p1, p2}) {
     ASSERT_NO_FATAL_FAILURE(expect_shape_accepted(p));
     const Status init = t.init(p);
@@ -309,7 +314,7 @@ void run_chain_case(const std::vector<int>& rows, int64_t hidden, int64_t inter,
   }
   std::mt19937 rng(seed);
   const CcWeights w1 = cc_weights(p1, fold, rng), w2 = cc_weights(p2, fold, rng);
-  const int64_t tokens = gather ? g.used / 2 + 2 : g.total;
+  const int64_t tokens = one_token ? 1 : (gather ? g.used / 2 + 2 : g.total);
   const std::vector<uint16_t> x = random_bf16(tokens * hidden, rng);
   const std::vector<int32_t> row_index = gather ? random_rows(g.total, tokens, rng) : std::vector<int32_t>();
   const DeviceBuffer d_x = device_copy(x), d_off = device_copy(g.offsets), d_idx = device_copy(row_index);
@@ -478,6 +483,22 @@ TEST(Sm90CcTactic, FoldedLastExpertMatchesReference) {
   run_chain_case({0, 2, 1, 0, 2}, 1024, 32, true, true, 42);
   // No rows on the folded expert: its own buffers are never read.
   run_chain_case({1, 1, 0, 2, 0}, 1024, 32, false, true, 43);
+}
+
+// The chained launch's spread form: 8 routed rows and the folded last expert's one row, every row reading
+// the same token through the index, so the 8 x parts CTAs also hold the last expert's inter / 2 column pairs
+// and its row's CTAs leave at once. Then the same launches where the kernel must keep each row's own CTAs:
+// the rows reading different tokens, and 9 rows of which the last expert holds none.
+TEST(Sm90CcTactic, SpreadFoldedExpertMatchesReference) {
+  run_chain_case(std::vector<int>(9, 1), 1024, 32, true, true, 44, true);
+  run_chain_case(std::vector<int>(9, 1), 3072, 16, true, true, 45, true);  // one part, an odd FC2 chunk count
+  run_chain_case(std::vector<int>(9, 1), 2048, 64, true, true, 46, false);
+  run_chain_case({2, 1, 1, 1, 1, 1, 1, 1, 0}, 1024, 32, true, true, 47, true);
+}
+// The TP8 shard at T = 1 with its shared expert folded in, spread: 128 CTAs with 216,920 bytes of shared
+// memory each (not under racecheck, as the other TP8 case).
+TEST(Sm90CcTactic, SpreadFoldedExpertOnTheTp8DecodeShape) {
+  run_chain_case(std::vector<int>(9, 1), 6144, 256, true, true, 48, true);
 }
 
 TEST(Sm90CcTactic, CheckAcceptsTheDecodeShapeAndRefusesOthers) {

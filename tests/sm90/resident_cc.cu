@@ -64,19 +64,17 @@ static_assert(kXBlocks <= kThreads, "one token block a thread");
 static_assert(kChunks1 % 2 == 0, "FC1's loop takes one or two chunks a step");
 static_assert(kSmem <= 227 * 1024, "shared memory of one H200 CTA");
 
-__device__ __forceinline__ uint2 ld_shared_u2(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_shared_u8(uint32_t addr) {
-  uint16_t v;
-  asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(addr));
-  return v;
-}
-// One row's block sum times its e4m3 scale (one byte), in fp32.
-__device__ __forceinline__ float cc_row_sum(uint32_t a, uint32_t scale_byte) {
-  return f16x2_to_f32(hmul2(hadd2(a, __byte_perm(a, a, 0x1032)), e4m3x2_to_f16x2(scale_byte))).x;
+// FC2 rows 2t and 2t + 1 of the chunk at shared address `base` in the probe's FC2 layout
+// (resident_cc_layout.h): their block sums with the f16x2 SwiGLU values hv times the rows' e4m3 scales, in
+// fp32 (still scaled by the values' 2^e and the codes' 2^-14).
+__device__ __forceinline__ float2 cc_fc2_rows(uint32_t base, uint32_t t, const uint32_t hv[8]) {
+  const uint4 w = ld_shared_u4(base + 16 * t);
+  const uint32_t sc = ld_shared_u16(base + kCcCodeBytes + 2 * t);
+  uint32_t a0 = cc_decode_fma(w.x, hv[0], hv[1], hv[2], hv[3], 0u);
+  a0 = cc_decode_fma(w.y, hv[4], hv[5], hv[6], hv[7], a0);
+  uint32_t a1 = cc_decode_fma(w.z, hv[0], hv[1], hv[2], hv[3], 0u);
+  a1 = cc_decode_fma(w.w, hv[4], hv[5], hv[6], hv[7], a1);
+  return f16x2_to_f32(hmul2(cc_pair_sum(a0, a1), e4m3x2_to_f16x2(sc)));
 }
 
 // kMode 0: the probe. 1: FC2's partial rows by plain stores instead of red.add (timed only: the atomics'

@@ -23,9 +23,15 @@
 //        (its gate and up rows), lane l the chunk's k16 block l; the token is scaled by a power of two into
 //        [2^13, 2^14) and stored as f16; a block's 16 products sum in f16x2 (at most 96 in magnitude), are
 //        multiplied by the block's e4m3 scale in f16 (at most 43,008 < 65,504) and added in fp32.
-//   FC2: hidden / 1024 chunks; thread t takes output rows 2t and 2t + 1 of a chunk over the part's k16 block
-//        (the 16 SwiGLU values, likewise scaled into [2^13, 2^14) as f16).
+//   FC2: hidden / 1024 chunks; thread t takes output rows 4v .. 4v + 3 (v = t mod 256) of chunks t / 256,
+//        + 2, .. over the part's k16 block (the 16 SwiGLU values, likewise scaled into [2^13, 2^14) as f16).
 //   The bytes of each chunk and the decode: sm90_cc_layout.h.
+// The chained launch's spread form (docs/perf.md sm90 step 70), for one token with its shared expert folded
+// in as the last expert (GLM-5's TP8 shard at T = 1: 8 routed rows and the shared expert's, 144 CTAs of which
+// 12 made a second wave): the last expert's row has no CTAs of its own; CTA (r, p) of the 8 routed rows also
+// computes its column pair q = 16r + p (SwiGLU columns 2q, 2q + 1: warps 0-3 take its gate and up rows
+// beside their own in FC1, every thread its plane's four rows beside its own in FC2), so 128 CTAs hold both
+// experts in one wave, with 25,856 more bytes of shared memory each at hidden 6144.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -34,6 +40,7 @@
 #include <memory>
 #include <string>
 
+#include "common/env.h"
 #include "common/pdl_launch.h"
 #include "fp4moe/dtype.h"
 #include "kernels/families.h"
@@ -71,6 +78,7 @@ struct CcParams {
   int* counters = nullptr;               // [rows], zero at rest (FC2, chain)
   float* acc = nullptr;                  // [rows, hidden] fp32, zero at rest (FC2, chain)
   int experts = 0, hidden = 0, inter = 0, parts = 0;
+  int spread = 0;                        // the chain's spread form: kCcSpreadRows, else 0 (Sm90CcTactic::launch)
 };
 
 // *p += v at GPU scope with acquire-release semantics; the old value.
@@ -103,13 +111,16 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int H = prm.hidden, I = prm.inter;
+  const int H = prm.hidden, I = prm.inter, R = prm.spread;
   const int n1 = kFc1 ? H / kCcChunkK : 0, n2 = kFc2 ? H / kCcChunkRows : 0, nch = n1 + n2;
   const int row = static_cast<int>(blockIdx.x / prm.parts), p = static_cast<int>(blockIdx.x % prm.parts);
-  // Shared memory: [the token bf16 (2H), its f16 copy (2H)] where FC1 runs, the chunks, nch + 1 barriers,
-  // the reduction floats (cc_smem_bytes).
+  // Shared memory: [the token bf16 (2H), its f16 copy (2H)] where FC1 runs, the chunks, [the spread form's
+  // slices: n1 of FC1's, n2 of FC2's], nch + 1 barriers, the reduction floats (cc_smem_bytes,
+  // cc_spread_smem_bytes).
   uint8_t* chunks = smem + (kFc1 ? 4 * H : 0);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(chunks + nch * kCcChunkBytes);
+  uint8_t* spread1 = chunks + nch * kCcChunkBytes;
+  uint8_t* spread2 = spread1 + n1 * kCcSpread1Bytes;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(R > 0 ? spread2 + n2 * kCcSpread2Bytes : spread1);
   float* red = reinterpret_cast<float*>(bars + nch + 1);
   int* red_i = reinterpret_cast<int*>(red);
 
@@ -117,18 +128,39 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   if (warp == 0) {
     const int e = cc_find_expert(prm.offsets, prm.experts, row, lane);
     if (lane == 0) red_i[0] = e;
-  } else if (warp == 1 && lane == 0) {  // beside the lookup (the index has total_rows entries, all readable)
-    red_i[1] = prm.a_row_index != nullptr ? prm.a_row_index[row] : row;
+  } else if (warp == 1) {  // beside the lookup (the index has total_rows entries, all readable)
+    // Lane 0: this row's token row. The spread form (R > 0, the chain through an index): lanes 1 .. R + 1 read
+    // rows 0 .. R's, lane 2 offsets[E - 1] and offsets[E]; every CTA takes the spread form only where all
+    // R + 1 rows read the same token row and the last expert holds row R alone, and so all CTAs agree.
+    const int32_t* idx = prm.a_row_index;
+    const int v = idx == nullptr ? row : (lane == 0 ? idx[row] : (R > 0 ? idx[min(lane - 1, R)] : 0));
+    int ok = 0;
+    if (R > 0 && idx != nullptr) {
+      const int first = __shfl_sync(0xFFFFFFFFu, v, 1);
+      int bounds = 1;
+      if (lane == 2) bounds = prm.offsets[prm.experts - 1] == R && prm.offsets[prm.experts] == R + 1;
+      ok = __all_sync(0xFFFFFFFFu, (lane == 0 || lane > R + 1 || v == first) && bounds) ? 1 : 0;
+    }
+    if (lane == 0) {
+      red_i[1] = v;
+      red_i[2] = ok;
+    }
   }
   __syncthreads();
   const int e = red_i[0], src = red_i[1];
+  const bool spread = kFc1 && kFc2 && red_i[2] != 0;
   if (e < 0) return;  // a row past offsets[E]: nothing to do, nothing issued
+  if (spread && row >= R) return;  // the last expert's row: spread over the other rows' CTAs
   const bool last = e == prm.experts - 1;
   // The weights and tensor scales of expert e (the last expert's from their own buffers where given).
   const bool own1 = last && prm.w1_last != nullptr, own2 = last && prm.w2_last != nullptr;
   const float sg = kFc1 ? (own1 ? prm.s1_last[0] : prm.s1[2 * e]) : 0.f;
   const float su = kFc1 ? (own1 ? prm.s1_last[1] : prm.s1[2 * e + 1]) : 0.f;
   const float s2e = kFc2 ? (own2 ? prm.s2_last[0] : prm.s2[e]) : 0.f;
+  // The spread form: column pair q = parts r + p of the last expert (part q / 8, pair q % 8 of it).
+  const int q = row * prm.parts + p;
+  const float sg_l = spread ? prm.s1_last[0] : 0.f, su_l = spread ? prm.s1_last[1] : 0.f;
+  const float s2_l = spread ? prm.s2_last[0] : 0.f;
   const uint8_t* src1 =
       kFc1 ? (own1 ? prm.w1_last : prm.w1) + cc_chunk_offset(true, H, I, own1 ? 0 : e, p, 0) : nullptr;
   const uint8_t* src2 =
@@ -142,19 +174,33 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
       bulk_copy_g2s(smem, arow, 2 * H, &bars[nch], policy_evict_normal());
     }
     const uint64_t policy = policy_evict_first();  // each weight byte is read once
+    const uint8_t* l1 = spread ? prm.w1_last + cc_chunk_offset(true, H, I, 0, q / 8, 0) : nullptr;
+    const uint8_t* l2 = spread ? prm.w2_last + cc_chunk_offset(false, H, I, 0, q / 8, 0) : nullptr;
+    const int j = q % 8;
     for (int c = 0; c < n1; ++c) {
-      mbar_arrive_expect_tx(&bars[c], kCcChunkBytes);
-      bulk_copy_g2s(chunks + c * kCcChunkBytes, src1 + static_cast<int64_t>(c) * kCcChunkBytes, kCcChunkBytes,
-                    &bars[c], policy);
+      const uint8_t* g = src1 + static_cast<int64_t>(c) * kCcChunkBytes;
+      mbar_arrive_expect_tx(&bars[c], kCcChunkBytes + (spread ? kCcSpread1Bytes : 0));
+      bulk_copy_g2s(chunks + c * kCcChunkBytes, g, kCcChunkBytes, &bars[c], policy);
+      if (spread) {  // the pair's 64 units: their code bytes, then their scale bytes
+        const uint8_t* gl = l1 + static_cast<int64_t>(c) * kCcChunkBytes;
+        bulk_copy_g2s(spread1 + c * kCcSpread1Bytes, gl + 1024 * j, 1024, &bars[c], policy);
+        bulk_copy_g2s(spread1 + c * kCcSpread1Bytes + 1024, gl + kCcCodeBytes + 128 * j, 128, &bars[c], policy);
+      }
     }
     for (int f = 0; f < n2; ++f) {
-      mbar_arrive_expect_tx(&bars[n1 + f], kCcChunkBytes);
+      mbar_arrive_expect_tx(&bars[n1 + f], kCcChunkBytes + (spread ? kCcSpread2Bytes : 0));
       bulk_copy_g2s(chunks + (n1 + f) * kCcChunkBytes, src2 + static_cast<int64_t>(f) * kCcChunkBytes,
                     kCcChunkBytes, &bars[n1 + f], policy);
+      if (spread) {  // the pair's plane, then the chunk's row scales
+        const uint8_t* gl = l2 + static_cast<int64_t>(f) * kCcChunkBytes;
+        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes, gl + 1024 * j, 1024, &bars[n1 + f], policy);
+        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes + 1024, gl + kCcCodeBytes, 1024, &bars[n1 + f], policy);
+      }
     }
   }
   __syncthreads();  // the barriers initialised; red_i read by every thread
 
+  int ex = 0;  // the token's prescale (FC1)
   if constexpr (kFc1) {
     // The token: its largest magnitude, then the f16 copy times 2^ex (block kb's k 0..7 at 16 kb, its
     // k 8..15 at H + 16 kb, so that a warp's 32 lanes read 512 contiguous bytes).
@@ -163,32 +209,46 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
     float m = 0.f;
     for (int b = tid; b < H / 16; b += kCcThreads)
       m = cc_max_abs_bf16x16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), m);
-    const int ex = cc_prescale(cc_cta_max(m, red, kCcThreads / 32));
+    ex = cc_prescale(cc_cta_max(m, red, kCcThreads / 32));
     const float sx = e4m3_pow2(ex);
     for (int b = tid; b < H / 16; b += kCcThreads)
       cc_token_block_to_f16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), sx, smem + 2 * H + 16 * b,
                             smem + 3 * H + 16 * b);
     __syncthreads();  // the f16 token written; red[] free again
 
-    // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32.
-    const uint32_t chunk_s = smem_addr(chunks);
-    float accg = 0.f, accu = 0.f;
+    // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32. The spread form:
+    // warp w < 4 also takes the pair's column w / 2, its gate (w even) or up row, for the same block (one
+    // warp on each scheduler, so each carries an eighth more).
+    const uint32_t chunk_s = smem_addr(chunks), spread_s = smem_addr(spread1);
+    const bool pair_warp = spread && warp < 4;
+    const uint32_t pair_unit = 32 * (warp >> 1) + lane, pair_half = warp & 1;
+    float accg = 0.f, accu = 0.f, accp = 0.f;
     for (int c = 0; c < n1; ++c) {
       mbar_wait(&bars[c], 0);
       const float2 gu = cc_fc1_unit(chunk_s + c * kCcChunkBytes, 32 * warp + lane, xh_s, H, 32 * c + lane);
       accg += gu.x;
       accu += gu.y;
+      if (pair_warp) {
+        const uint32_t base = spread_s + c * kCcSpread1Bytes;
+        accp += cc_fc1_row(base + 16 * pair_unit + 8 * pair_half, base + 1024 + 2 * pair_unit + pair_half,
+                           cc_token_block(xh_s, H, 32 * c + lane));
+      }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
       accu += __shfl_xor_sync(0xFFFFFFFFu, accu, o);
     }
-    // Warp w's SwiGLU column (cc_swiglu_bf16): to h and to red[32 + w].
+    // Warp w's SwiGLU column (cc_swiglu_bf16): to h and to red[32 + w]; the pair's sums to red[16 + w].
     if (lane == 0) {
       const uint16_t rounded = cc_swiglu_bf16(accg, accu, ex, sg, su);
       prm.h[static_cast<int64_t>(row) * I + kCcCols * p + warp] = rounded;
       red[32 + warp] = bf16_bits_to_f32(rounded);
+    }
+    if (pair_warp) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) accp += __shfl_xor_sync(0xFFFFFFFFu, accp, o);
+      if (lane == 0) red[16 + warp] = accp;
     }
   } else {
     // FC2 alone: the part's 16 SwiGLU values from FC1's output row.
@@ -196,49 +256,84 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   }
 
   if constexpr (kFc2) {
-    __syncthreads();  // the 16 SwiGLU values in red[32..47]
+    __syncthreads();  // the 16 SwiGLU values in red[32..47] (the spread form: the pair's sums in red[16..19])
     uint32_t hv[8];
     const int eh = cc_row_to_f16x2(red + 32, hv);
     const float unscale2 = e4m3_pow2(14 - eh) * s2e;
-    float* acc_row = prm.acc + static_cast<int64_t>(row) * H;
-    const uint32_t chunk_s = smem_addr(chunks);
-    for (int f = 0; f < n2; ++f) {
-      mbar_wait(&bars[n1 + f], 0);
-      const float2 v = cc_fc2_rows(chunk_s + (n1 + f) * kCcChunkBytes, tid, hv);
-      float* dst = acc_row + kCcChunkRows * f + 2 * tid;
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(v.x * unscale2), "f"(v.y * unscale2)
-                   : "memory");
+    // The spread form: the pair's two SwiGLU values (to h by thread 0), as f16x2 times 2^ehp.
+    uint32_t hp = 0u;
+    float unscale2p = 0.f;
+    if (spread) {
+      const uint16_t v0 = cc_swiglu_bf16(red[16], red[17], ex, sg_l, su_l);
+      const uint16_t v1 = cc_swiglu_bf16(red[18], red[19], ex, sg_l, su_l);
+      if (tid == 0) {
+        prm.h[static_cast<int64_t>(R) * I + 2 * q] = v0;
+        prm.h[static_cast<int64_t>(R) * I + 2 * q + 1] = v1;
+      }
+      const float f0 = bf16_bits_to_f32(v0), f1 = bf16_bits_to_f32(v1);
+      const int ehp = cc_prescale(fmaxf(fabsf(f0), fabsf(f1)));
+      const float sp = e4m3_pow2(ehp);
+      hp = f32x2_to_f16x2(f0 * sp, f1 * sp);
+      unscale2p = e4m3_pow2(14 - ehp) * s2_l;
     }
-    // The row's last CTA to arrive converts the fp32 row to bf16 and zeroes it and the counter: every
+    float* acc_row = prm.acc + static_cast<int64_t>(row) * H;
+    float* acc_last = prm.acc + static_cast<int64_t>(R) * H;
+    const uint32_t chunk_s = smem_addr(chunks), spread_s = smem_addr(spread2);
+    // Thread t: rows 4v .. 4v + 3 (v = t mod 256) of the chunks f = t / 256, + 2, ...
+    const int v = tid & 255;
+    for (int f = tid >> 8; f < n2; f += 2) {
+      mbar_wait(&bars[n1 + f], 0);
+      const float4 s = cc_fc2_quad(chunk_s + (n1 + f) * kCcChunkBytes, v, hv);
+      float* dst = acc_row + kCcChunkRows * f + 4 * v;
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(s.x * unscale2),
+                   "f"(s.y * unscale2), "f"(s.z * unscale2), "f"(s.w * unscale2)
+                   : "memory");
+      if (spread) {
+        const uint32_t base = spread_s + f * kCcSpread2Bytes;
+        const float4 t = cc_fc2_pair_quad(base, base + 1024, v, hp);
+        float* dl = acc_last + kCcChunkRows * f + 4 * v;
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dl), "f"(t.x * unscale2p),
+                     "f"(t.y * unscale2p), "f"(t.z * unscale2p), "f"(t.w * unscale2p)
+                     : "memory");
+      }
+    }
+    // A row's last CTA to arrive converts the fp32 row to bf16 and zeroes it and the counter: every
     // thread's adds fenced at GPU scope (acq_rel, not the sequentially consistent fence __threadfence
     // compiles to), the CTA's barrier, then thread 0's count as an acquire-release atomic (its release
     // covers the CTA's adds through the barrier; its acquire, with the barrier after it, orders the last
-    // CTA's reads after every other CTA's adds).
+    // CTA's reads after every other CTA's adds). The spread form counts the last expert's row R too, to
+    // which all R x parts CTAs add.
     fence_acq_rel_gpu();
     __syncthreads();
-    if (tid == 0) red_i[0] = atomic_add_acq_rel_gpu(prm.counters + row, 1);
+    if (tid == 0) {
+      red_i[0] = atomic_add_acq_rel_gpu(prm.counters + row, 1) == prm.parts - 1;
+      red_i[1] = spread && atomic_add_acq_rel_gpu(prm.counters + R, 1) == R * prm.parts - 1;
+    }
     __syncthreads();
-    if (red_i[0] == prm.parts - 1) {
+    for (int k = 0; k < 2; ++k) {
+      if (!red_i[k]) continue;
+      const int rr = k == 0 ? row : R;
       fence_acq_rel_gpu();
-      uint16_t* y_row = prm.y + static_cast<int64_t>(row) * H;
+      float* a_row = prm.acc + static_cast<int64_t>(rr) * H;
+      uint16_t* y_row = prm.y + static_cast<int64_t>(rr) * H;
       // Four float4 a thread in flight at once (hidden 8192 in one round trip to L2), then their stores.
       constexpr int kLoads = 4, kStride = 4 * kCcThreads;
       for (int i0 = 4 * tid; i0 < H; i0 += kLoads * kStride) {
-        float4 v[kLoads];
+        float4 w[kLoads];
 #pragma unroll
         for (int j = 0; j < kLoads; ++j)
-          if (i0 + j * kStride < H) v[j] = __ldcg(reinterpret_cast<const float4*>(acc_row + i0 + j * kStride));
+          if (i0 + j * kStride < H) w[j] = __ldcg(reinterpret_cast<const float4*>(a_row + i0 + j * kStride));
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) {
           const int i = i0 + j * kStride;
           if (i >= H) break;
-          const uint32_t lo = uint32_t(f32_to_bf16_bits(v[j].x)) | uint32_t(f32_to_bf16_bits(v[j].y)) << 16;
-          const uint32_t hi = uint32_t(f32_to_bf16_bits(v[j].z)) | uint32_t(f32_to_bf16_bits(v[j].w)) << 16;
+          const uint32_t lo = uint32_t(f32_to_bf16_bits(w[j].x)) | uint32_t(f32_to_bf16_bits(w[j].y)) << 16;
+          const uint32_t hi = uint32_t(f32_to_bf16_bits(w[j].z)) | uint32_t(f32_to_bf16_bits(w[j].w)) << 16;
           *reinterpret_cast<uint2*>(y_row + i) = make_uint2(lo, hi);
-          __stcg(reinterpret_cast<float4*>(acc_row + i), make_float4(0.f, 0.f, 0.f, 0.f));
+          __stcg(reinterpret_cast<float4*>(a_row + i), make_float4(0.f, 0.f, 0.f, 0.f));
         }
       }
-      if (tid == 0) prm.counters[row] = 0;
+      if (tid == 0) prm.counters[rr] = 0;
     }
   }
 }
@@ -348,6 +443,14 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     prm.s2 = prm2.s2;
     prm.w2_last = prm2.w2_last;
     prm.s2_last = prm2.s2_last;
+    // The spread form (the kernel's "spread"): kCcSpreadRows routed rows and the folded last expert's one
+    // row, all through an index, where kCcSpreadRows x parts CTAs hold the last expert's inter / 2 column
+    // pairs and its larger shared memory fits. The kernel takes it only where the offsets and the index
+    // agree (every row the same token, the last expert's row alone and last); else each row has its CTAs.
+    if (a1.last_expert_weights != nullptr && a1.a_row_index != nullptr && p1.total_rows == kCcSpreadRows + 1 &&
+        int64_t(kCcSpreadRows) * prm.parts * 2 == prm.inter && cc_spread_smem_bytes(prm.hidden) <= smem_limit_ &&
+        env_switch("FP4MOE_SM90_CC_SPREAD", true))
+      prm.spread = kCcSpreadRows;
     return launch(kCcChain, prm, p1, stream);
   }
 
@@ -423,7 +526,8 @@ class Sm90CcTactic final : public GroupedGemmTactic {
 
   // rows x parts CTAs of kCcThreads, with the launch's shared memory.
   Status launch(int mode, const CcParams& prm, const GemmProblem& p, Stream stream) const {
-    const int64_t smem = cc_smem_bytes(mode & kCcFc1, mode & kCcFc2, prm.hidden);
+    const int64_t smem =
+        prm.spread > 0 ? cc_spread_smem_bytes(prm.hidden) : cc_smem_bytes(mode & kCcFc1, mode & kCcFc2, prm.hidden);
     if (smem > smem_limit_)
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: {} needs {} bytes of shared memory per block, the device allows {}", desc_.name,

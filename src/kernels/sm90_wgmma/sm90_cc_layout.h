@@ -9,10 +9,15 @@
 //   FC1 (K = hidden), chunk c covers K c*512 .. + 511: unit u = 32w + l (w: column 16p + w of part p,
 //     l: k16 block 32c + l) holds 16 code bytes at 16u (the gate row's block, then the up row's) and two
 //     scale bytes at 8192 + 2u (gate, up). hidden / 512 chunks a part.
-//   FC2 (N = hidden), chunk f covers output rows f*1024 .. + 1023 over the part's k16 block p: rows 2t
-//     and 2t + 1 hold 16 code bytes at 16t (row 2t's block, then row 2t + 1's) and two scale bytes at
-//     8192 + 2t. hidden / 1024 chunks a part.
-// A block's 8 bytes hold its 16 codes k = 0..15, word 0 k 0..7 and word 1 k 8..15. In a word, byte 1 holds
+//   FC2 (N = hidden), chunk f covers output rows f*1024 .. + 1023 over the part's k16 block p, its codes as
+//     8 planes of 1,024 bytes, one a column pair: plane j (SwiGLU columns 16p + 2j and 16p + 2j + 1) holds
+//     word v (rows 4v .. 4v + 3 of the chunk, both columns of each) at 1024j + 4v, and row i's e4m3 scale is
+//     byte 8192 + i. So the two columns of a pair are 1,024 contiguous code bytes a chunk: the chained launch
+//     that spreads the folded last expert's row over the other rows' CTAs (two of its columns a CTA) reads a
+//     pair's plane. hidden / 1024 chunks a part.
+// Codes are encoded 16 at a time (cc_encode_block: 8 bytes, word 0 codes 0..7, word 1 codes 8..15); a word
+// decodes to four f16x2 values (codes 0 1, 2 3, 4 5, 6 7). FC1's blocks are a row's 16 k; FC2's are two words
+// of a plane, code 2i + c of a word being row 4v + i, column 2j + c. In a word, byte 1 holds
 // k0 and k4, byte 3 k1 and k5, byte 0 k2 and k6, byte 2 k3 and k7; the first of each at bits 7 (sign), 3, 2,
 // 1 (e1, e0, m), the second at bits 6 (sign), 5, 4, 0. cc_decode_word turns a word into four f16x2 values
 // (k0 k1, k2 k3, k4 k5, k6 k7) with 9 operations: each half is an e5m2 byte in the half's high byte, which is
@@ -51,6 +56,21 @@ FP4MOE_HD constexpr int64_t cc_smem_bytes(bool run_fc1, bool run_fc2, int64_t hi
   return (run_fc1 ? 4 * hidden : 0) + chunks * kCcChunkBytes + (chunks + 1) * 8 + kCcRedFloats * 4;
 }
 
+// The chained launch's spread form (sm90_cc.cu): besides its own part, CTA (r, p) of the R = 8 routed rows
+// holds column pair q = 16r + p of the folded last expert's one row (its SwiGLU columns 2q, 2q + 1): per FC1
+// chunk that pair's 64 units (1,024 code bytes, then their 128 scale bytes), per FC2 chunk its plane (1,024
+// code bytes, then the chunk's 1,024 row scales).
+constexpr int kCcSpreadRows = 8;             // routed rows: 8 x parts CTAs hold the inter / 2 column pairs
+constexpr int kCcSpread1Bytes = 1024 + 128;  // a pair's FC1 slice of a chunk
+constexpr int kCcSpread2Bytes = 1024 + 1024; // a pair's FC2 plane of a chunk and the chunk's row scales
+FP4MOE_HD constexpr int64_t cc_spread_bytes(int64_t hidden) {
+  return cc_fc1_chunks(hidden) * kCcSpread1Bytes + cc_fc2_chunks(hidden) * kCcSpread2Bytes;
+}
+// The chained launch's shared memory in the spread form.
+FP4MOE_HD constexpr int64_t cc_spread_smem_bytes(int64_t hidden) {
+  return cc_smem_bytes(true, true, hidden) + cc_spread_bytes(hidden);
+}
+
 // A word of 8 codes -> (k0 k1), (k2 k3), (k4 k5), (k6 k7) as f16x2, each half e2m1 * 2^-14.
 FP4MOE_HD void cc_decode_word(uint32_t w, uint32_t out[4]) {
   out[0] = w & 0x8E008E00u;
@@ -85,26 +105,26 @@ FP4MOE_HD void cc_pack_unit(bool fc1, const uint8_t* canonical, int64_t experts,
   const int64_t rows = fc1 ? 2 * inter : hidden, k = fc1 ? hidden : inter;
   const uint8_t* codes = canonical;
   const uint8_t* scales = canonical + experts * rows * (k / 2);
-  int64_t row[2], kb;
-  if (fc1) {
-    const int w = unit / 32, l = unit % 32;
-    row[0] = kCcCols * part + w;
-    row[1] = inter + row[0];
-    kb = 32 * chunk + l;
-  } else {
-    row[0] = kCcChunkRows * chunk + 2 * unit;
-    row[1] = row[0] + 1;
-    kb = part;
-  }
+  auto code = [&](int64_t r, int64_t col) {
+    const uint8_t b = codes[(e * rows + r) * (k / 2) + col / 2];
+    return static_cast<uint8_t>((col & 1) ? (b >> 4) : (b & 0xFu));
+  };
   for (int h = 0; h < 2; ++h) {
-    const int64_t r = e * rows + row[h];
     uint8_t c[16];
-    for (int i = 0; i < 16; ++i) {
-      const uint8_t b = codes[r * (k / 2) + (16 * kb + i) / 2];
-      c[i] = static_cast<uint8_t>((i & 1) ? (b >> 4) : (b & 0xFu));
+    int64_t srow, kb;
+    if (fc1) {  // unit u = 32w + l: the gate (h = 0) or up row of column 16p + w over k16 block 32c + l
+      srow = kCcCols * part + unit / 32 + (h ? inter : 0);
+      kb = 32 * chunk + unit % 32;
+      for (int i = 0; i < 16; ++i) c[i] = code(srow, 16 * kb + i);
+    } else {  // unit u: words 4(u % 64) + 2h, + 1 of plane u / 64; the scales of rows 2u, 2u + 1
+      const int j = unit / 64, v = 4 * (unit % 64) + 2 * h;
+      for (int i = 0; i < 16; ++i)
+        c[i] = code(kCcChunkRows * chunk + 4 * (v + i / 8) + (i % 8) / 2, kCcCols * part + 2 * j + (i & 1));
+      srow = kCcChunkRows * chunk + 2 * unit + h;
+      kb = part;
     }
     cc_encode_block(c, codes_dst + 8 * h);
-    scales_dst[h] = scales[r * (k / 16) + kb];
+    scales_dst[h] = scales[(e * rows + srow) * (k / 16) + kb];
   }
 }
 

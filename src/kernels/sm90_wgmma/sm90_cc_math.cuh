@@ -38,6 +38,21 @@ __device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
   asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
   return v;
 }
+__device__ __forceinline__ uint32_t ld_shared_u8(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_shared_u2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w)); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w >> 16)); }
 
@@ -95,6 +110,28 @@ __device__ __forceinline__ uint32_t cc_pair_sum(uint32_t a, uint32_t b) {
   return hadd2(__byte_perm(a, b, 0x5410), __byte_perm(a, b, 0x7632));
 }
 
+// One row's block sum (an f16x2 accumulator, each half a partial sum) times its e4m3 scale (one byte), in fp32.
+__device__ __forceinline__ float cc_row_sum(uint32_t a, uint32_t scale_byte) {
+  return f16x2_to_f32(hmul2(hadd2(a, __byte_perm(a, a, 0x1032)), e4m3x2_to_f16x2(scale_byte))).x;
+}
+
+// The f16 token's k16 block kb (xh: its k 0..7 at 16 kb, its k 8..15 at half_bytes + 16 kb).
+struct CcTokenBlock {
+  uint4 lo, hi;
+};
+__device__ __forceinline__ CcTokenBlock cc_token_block(uint32_t xh, uint32_t half_bytes, uint32_t kb) {
+  return {ld_shared_u4(xh + 16 * kb), ld_shared_u4(xh + half_bytes + 16 * kb)};
+}
+
+// One row's k16 block (two code words at shared address `codes`, its e4m3 scale byte at `scale`) times the
+// token's block x, in fp32 (still scaled by the token's 2^e and the codes' 2^-14).
+__device__ __forceinline__ float cc_fc1_row(uint32_t codes, uint32_t scale, const CcTokenBlock& x) {
+  const uint2 w = ld_shared_u2(codes);
+  uint32_t a = cc_decode_fma(w.x, x.lo.x, x.lo.y, x.lo.z, x.lo.w, 0u);
+  a = cc_decode_fma(w.y, x.hi.x, x.hi.y, x.hi.z, x.hi.w, a);
+  return cc_row_sum(a, ld_shared_u8(scale));
+}
+
 // FC1 unit `unit` of the chunk at shared address `base` (a warp's SwiGLU column, a lane's k16 block kb):
 // its gate and up rows' block sums with the f16 token (xh: block kb's k 0..7 at 16 kb, its k 8..15 at
 // half_bytes + 16 kb), times the blocks' e4m3 scales, in fp32 (gate, up; still scaled by the token's 2^e
@@ -133,16 +170,35 @@ __device__ __forceinline__ int cc_row_to_f16x2(const float* v, uint32_t hv[8]) {
   return e;
 }
 
-// FC2 rows 2t and 2t + 1 of the chunk at shared address `base`: their block sums with the f16x2 SwiGLU
-// values hv times the rows' e4m3 scales, in fp32 (still scaled by the values' 2^e and the codes' 2^-14).
-__device__ __forceinline__ float2 cc_fc2_rows(uint32_t base, uint32_t t, const uint32_t hv[8]) {
-  const uint4 w = ld_shared_u4(base + 16 * t);
-  const uint32_t sc = ld_shared_u16(base + kCcCodeBytes + 2 * t);
-  uint32_t a0 = cc_decode_fma(w.x, hv[0], hv[1], hv[2], hv[3], 0u);
-  a0 = cc_decode_fma(w.y, hv[4], hv[5], hv[6], hv[7], a0);
-  uint32_t a1 = cc_decode_fma(w.z, hv[0], hv[1], hv[2], hv[3], 0u);
-  a1 = cc_decode_fma(w.w, hv[4], hv[5], hv[6], hv[7], a1);
-  return f16x2_to_f32(hmul2(cc_pair_sum(a0, a1), e4m3x2_to_f16x2(sc)));
+// FC2 rows 4v .. 4v + 3 of the chunk at shared address `base` (kSm90Cc: 8 planes of code words, then the
+// rows' scale bytes) over the part's 16 SwiGLU values hv (f16x2: v0 v1, .., v14 v15): each row's 16
+// products summed in f16x2, times the row's e4m3 scale, in fp32 (still scaled by the values' 2^e and the
+// codes' 2^-14).
+__device__ __forceinline__ float4 cc_fc2_quad(uint32_t base, uint32_t v, const uint32_t hv[8]) {
+  uint32_t a[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    uint32_t d[4];
+    cc_decode_word(ld_shared_u32(base + 1024 * j + 4 * v), d);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = hfma2(d[i], hv[j], a[i]);
+  }
+  const uint32_t sc = ld_shared_u32(base + kCcCodeBytes + 4 * v);
+  const float2 s01 = f16x2_to_f32(hmul2(cc_pair_sum(a[0], a[1]), e4m3x2_to_f16x2(sc & 0xFFFFu)));
+  const float2 s23 = f16x2_to_f32(hmul2(cc_pair_sum(a[2], a[3]), e4m3x2_to_f16x2(sc >> 16)));
+  return make_float4(s01.x, s01.y, s23.x, s23.y);
+}
+
+// The spread form's FC2 share (sm90_cc_layout.h): rows 4v .. 4v + 3 of one column pair's plane (`codes`; the
+// chunk's row scales at `scales`) times the pair's two SwiGLU values hp (f16x2), times the rows' scales, in
+// fp32 (still scaled by the values' 2^e and the codes' 2^-14).
+__device__ __forceinline__ float4 cc_fc2_pair_quad(uint32_t codes, uint32_t scales, uint32_t v, uint32_t hp) {
+  uint32_t d[4];
+  cc_decode_word(ld_shared_u32(codes + 4 * v), d);
+  const uint32_t sc = ld_shared_u32(scales + 4 * v);
+  const float2 s01 = f16x2_to_f32(hmul2(cc_pair_sum(hmul2(d[0], hp), hmul2(d[1], hp)), e4m3x2_to_f16x2(sc & 0xFFFFu)));
+  const float2 s23 = f16x2_to_f32(hmul2(cc_pair_sum(hmul2(d[2], hp), hmul2(d[3], hp)), e4m3x2_to_f16x2(sc >> 16)));
+  return make_float4(s01.x, s01.y, s23.x, s23.y);
 }
 
 }  // namespace sm90
