@@ -288,7 +288,9 @@ TEST(Small, OneTokenTileOnlyWhereItsLayoutIsAllowed) {
 }
 
 // The sm90 resident tactic (sm90.w4f16.m32n1k512.cc) in the engine: forced by name in an engine of one token,
-// with and without an NVFP4 shared expert (folded in as the chained launch's last expert), and chosen by the
+// with and without an NVFP4 shared expert (folded in as the chained launch's last expert; at top-8 the chain
+// spreads it over the routed rows' CTAs), the chained launch routing the token itself (the default) and after
+// the fused front end (FP4MOE_ROUTE_IN_CHAIN=0), and chosen by the
 // heuristic with FP4MOE_SM90_CC=1 for the one-token bucket only (its CTAs, 4 rows x 64 / 16, fit one wave;
 // the one-token layout allowed by extra_weight_layouts), each forward against the reference. Skipped where
 // it cannot run (no sm_90a device).
@@ -301,28 +303,35 @@ TEST(Small, ResidentTacticForward) {
   cfg.norm_topk_prob = true;
   const std::vector<std::string> usable = tactics_for_layer(cfg, 1, false);
   if (std::find(usable.begin(), usable.end(), cc) == usable.end()) GTEST_SKIP() << cc << " cannot run on this device";
-  for (const bool shared : {false, true}) {
-    SCOPED_TRACE(shared ? "NVFP4 shared expert" : "no shared expert");
-    MoeConfig c = cfg;
-    if (shared) {
-      c.n_shared_experts = 1;
-      c.shared_inter = 64;
+  for (const int variant : {0, 1, 2})
+    for (const char* route : {"1", "0"}) {
+      // 0: no shared expert; 1: a shared expert (folded); 2: top-8 with a shared expert (folded, spread).
+      SCOPED_TRACE(::testing::Message() << (variant == 0 ? "no shared expert" : "NVFP4 shared expert")
+                                        << (variant == 2 ? ", top-8" : "") << ", FP4MOE_ROUTE_IN_CHAIN=" << route);
+      MoeConfig c = cfg;
+      if (variant > 0) {
+        c.n_shared_experts = 1;
+        c.shared_inter = 64;
+      }
+      if (variant == 2) {
+        c.topk = 8;
+        c.topk_group = 4;
+      }
+      const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
+      EngineOptions eo;
+      eo.max_tokens = 1;
+      eo.fc1_tactic = eo.fc2_tactic = cc;
+      std::unique_ptr<MoeEngine> engine;
+      const Status st = create_with_env("FP4MOE_ROUTE_IN_CHAIN", route, w, eo, &engine);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      EXPECT_EQ(engine->fc1_tactic_for(1), cc);
+      EXPECT_EQ(engine->fc2_tactic_for(1), cc);
+      for (int seed : {1, 2, 3}) {
+        const LayerRun r = run_and_compare(*engine, w, 1, 900 + seed, false);
+        EXPECT_LE(r.rel_l2, 1e-2);
+        EXPECT_EQ(r.id_mismatches, 0);
+      }
     }
-    const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
-    EngineOptions eo;
-    eo.max_tokens = 1;
-    eo.fc1_tactic = eo.fc2_tactic = cc;
-    std::unique_ptr<MoeEngine> engine;
-    const Status st = MoeEngine::create(w, eo, &engine);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    EXPECT_EQ(engine->fc1_tactic_for(1), cc);
-    EXPECT_EQ(engine->fc2_tactic_for(1), cc);
-    for (int seed : {1, 2, 3}) {
-      const LayerRun r = run_and_compare(*engine, w, 1, 900 + seed, false);
-      EXPECT_LE(r.rel_l2, 1e-2);
-      EXPECT_EQ(r.id_mismatches, 0);
-    }
-  }
   // The heuristic, switched on: the resident tactic for T = 1, not for the buckets of 2 or more tokens. (The
   // switch is read at creation; a value the caller set is put back.)
   const char* before = std::getenv("FP4MOE_SM90_CC");

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
+#include <string>
 
 #include "engine_test_util.h"
 #include "fp4moe/reference.h"
@@ -109,7 +111,9 @@ TEST(Glm5, Tp8ShardAgainstReference) {
 }
 
 // The TP8 shard at T = 1 on the sm90 resident tactic, forced (by default the shared expert is folded into its
-// chained launch as the last expert: 9 rows of 16 CTAs, 144 on 132 SMs), against the reference. No graph
+// chained launch as the last expert and spread over the 8 routed rows' 128 CTAs, the launch routing the token
+// itself), against the reference; then with the fused front end before the launch (FP4MOE_ROUTE_IN_CHAIN=0)
+// and without the spread form (FP4MOE_SM90_CC_SPREAD=0: 9 rows of 16 CTAs, 144 on 132 SMs). No graph
 // check: its FC2 adds partial rows with atomics, so a replay may differ from the eager forward in the last
 // bf16 bit (README, FP4MOE_SM90_CC). Skipped where it cannot run (no sm_90a device).
 TEST(Glm5, Tp8ShardResidentTacticAtOneToken) {
@@ -127,17 +131,27 @@ TEST(Glm5, Tp8ShardResidentTacticAtOneToken) {
   EngineOptions eo;
   eo.max_tokens = 1;
   eo.fc1_tactic = eo.fc2_tactic = name;
-  std::unique_ptr<MoeEngine> engine;
-  const Status st = MoeEngine::create_synthetic(cfg, spec, eo, &engine);
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
-  ASSERT_EQ(engine->fc1_tactic_for(1), name);
   const Case& c = cases[0];
-  for (int rep = 0; rep < 2; ++rep) {
-    const LayerRun r = compare_forward(*engine, ref, c.T, c.x, &c.logits, c.subset);
-    EXPECT_LE(r.rel_l2, 1e-2);
-    EXPECT_EQ(r.id_mismatches, 0);
-    EXPECT_LE(r.weight_rel_err, 1e-5);
-    std::printf("  glm5 tp8 T=1 %s run %d rel_l2=%.3e\n", name.c_str(), rep, r.rel_l2);
+  for (const char* env : {"", "FP4MOE_ROUTE_IN_CHAIN", "FP4MOE_SM90_CC_SPREAD"}) {
+    SCOPED_TRACE(::testing::Message() << (*env ? env : "defaults") << (*env ? "=0" : ""));
+    const char* prev = *env ? std::getenv(env) : nullptr;
+    const std::string saved = prev ? prev : "";
+    if (*env) ::setenv(env, "0", 1);  // read at creation
+    std::unique_ptr<MoeEngine> engine;
+    const Status st = MoeEngine::create_synthetic(cfg, spec, eo, &engine);
+    if (*env) {
+      if (prev) ::setenv(env, saved.c_str(), 1); else ::unsetenv(env);
+    }
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_EQ(engine->fc1_tactic_for(1), name);
+    for (int rep = 0; rep < 2; ++rep) {
+      const LayerRun r = compare_forward(*engine, ref, c.T, c.x, &c.logits, c.subset);
+      EXPECT_LE(r.rel_l2, 1e-2);
+      EXPECT_EQ(r.id_mismatches, 0);
+      EXPECT_LE(r.weight_rel_err, 1e-5);
+      std::printf("  glm5 tp8 T=1 %s (%s%s) run %d rel_l2=%.3e\n", name.c_str(), *env ? env : "defaults",
+                  *env ? "=0" : "", rep, r.rel_l2);
+    }
   }
 }
 

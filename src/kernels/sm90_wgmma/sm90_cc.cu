@@ -41,6 +41,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "common/front_block.cuh"
 #include "common/pdl_launch.h"
 #include "fp4moe/dtype.h"
 #include "kernels/families.h"
@@ -79,6 +80,8 @@ struct CcParams {
   float* acc = nullptr;                  // [rows, hidden] fp32, zero at rest (FC2, chain)
   int experts = 0, hidden = 0, inter = 0, parts = 0;
   int spread = 0;                        // the chain's spread form: kCcSpreadRows, else 0 (Sm90CcTactic::launch)
+  int route = 0;                         // the chain routes and groups its batch itself (GroupedGemmArgs::routing)
+  RouteFront front;                      // ... as the fused front end does (common/front_block.cuh); a = token rows
 };
 
 // *p += v at GPU scope with acquire-release semantics; the old value.
@@ -106,6 +109,56 @@ __device__ __forceinline__ int cc_find_expert(const int32_t* __restrict__ off, i
   return below < E ? below : -1;
 }
 
+// The chained launch's own routing (CcParams::route): every CTA routes and groups the batch in the chunk area
+// of its shared memory (common/front_block.cuh; no copy is issued before the kernel's next barrier), block 0
+// also storing ids, weights, offsets, gather and pair_pos; then row's expert and token and the spread form's
+// condition (as the lookup below finds them) into out[0..2]. The scratch's offsets in the area:
+constexpr int kCcRouteFrontOffset = 1024;                                  // past id, w, loc and warp sums
+constexpr int kCcRouteCandOffset = 2048;                                   // the two-level routing's candidates
+constexpr int kCcRouteStagedOffset = kCcRouteCandOffset + 12 * kFrontMaxCands;  // ... and staged scores
+constexpr int kCcRouteOffOffset = kCcRouteStagedOffset + 4 * kFrontMaxStaged;   // the row offsets
+constexpr int kCcRouteSrcOffset = kCcRouteOffOffset + 4 * (kFrontMaxExperts + 2);  // each row's token
+constexpr int kCcRouteEnd = kCcRouteSrcOffset + 4 * kFrontMaxRows;
+static_assert((3 * kFrontMaxPairs + kCcThreads / 32) * 4 <= kCcRouteFrontOffset &&
+                  kCcRouteFrontOffset + int(sizeof(RouteFront)) <= kCcRouteCandOffset &&
+                  kCcRouteEnd <= 18 * kCcChunkBytes,
+              "the routing's scratch fits the chained launch's chunk area (18 chunks at hidden 1024)");
+// Not inlined: the routing's code (both rules) would sit in front of the kernel's own (sm90 step 31's
+// lesson for the wgmma chain). `f` is the kernel's RouteFront copied into shared memory.
+__device__ __noinline__ void cc_route_prologue(const RouteFront& f, uint8_t* area, int experts, int row, int R,
+                                               int* out) {
+  int32_t* scratch = reinterpret_cast<int32_t*>(area);
+  int32_t* cand = reinterpret_cast<int32_t*>(area + kCcRouteCandOffset);
+  int32_t* s_off = reinterpret_cast<int32_t*>(area + kCcRouteOffOffset);
+  int32_t* s_src = reinterpret_cast<int32_t*>(area + kCcRouteSrcOffset);
+  const FrontScratch fs{scratch, reinterpret_cast<float*>(scratch + kFrontMaxPairs), scratch + 2 * kFrontMaxPairs,
+                        s_src, s_off, scratch + 3 * kFrontMaxPairs,
+                        reinterpret_cast<uint32_t*>(cand), cand + kFrontMaxCands,
+                        reinterpret_cast<float*>(cand + 2 * kFrontMaxCands),
+                        reinterpret_cast<float*>(area + kCcRouteStagedOffset)};
+  if (f.sigmoid)
+    front_route_permute<true, 8>(f, fs, blockIdx.x == 0);
+  else
+    front_route_permute<false, 8>(f, fs, blockIdx.x == 0);
+  // (front_route_permute ends with a barrier: s_off and s_src complete.)
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid < 32) {
+    int below = 0;
+    for (int e = lane; e < experts; e += 32) below += s_off[e + 1] <= row ? 1 : 0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) below += __shfl_xor_sync(0xFFFFFFFFu, below, o);
+    const bool bounds = s_off[experts - 1] == R && s_off[experts] == R + 1;
+    const bool same = lane > R || s_src[lane] == s_src[0];
+    const bool ok = __all_sync(0xFFFFFFFFu, same) && bounds && R > 0;
+    if (lane == 0) {
+      out[0] = below < experts ? below : -1;
+      out[1] = row < s_off[experts] ? s_src[row] : 0;
+      out[2] = ok ? 1 : 0;
+    }
+  }
+  fence_proxy_async_smem();  // the scratch bytes before the copies (the async proxy) overwrite them
+}
+
 template <int kMode>
 __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
   constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
@@ -124,8 +177,13 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   float* red = reinterpret_cast<float*>(bars + nch + 1);
   int* red_i = reinterpret_cast<int*>(red);
 
-  pdl_wait();  // the offsets, the rows and the workspace come from earlier kernels of the stream
-  if (warp == 0) {
+  pdl_wait();  // the offsets (or logits), the rows and the workspace come from earlier kernels of the stream
+  if (kFc1 && kFc2 && prm.route) {
+    RouteFront* s_front = reinterpret_cast<RouteFront*>(chunks + kCcRouteFrontOffset);
+    if (tid == 0) *s_front = prm.front;  // constant-bank loads here, shared-memory loads in the call
+    __syncthreads();
+    cc_route_prologue(*s_front, chunks, prm.experts, row, R, red_i);
+  } else if (warp == 0) {
     const int e = cc_find_expert(prm.offsets, prm.experts, row, lane);
     if (lane == 0) red_i[0] = e;
   } else if (warp == 1) {  // beside the lookup (the index has total_rows entries, all readable)
@@ -398,6 +456,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
         s = cuda_status(cudaFuncSetAttribute(cc_kernel(mode), cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
                         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
     smem_limit_ = s ? limit : 0;
+    spread_on_ = env_switch("FP4MOE_SM90_CC_SPREAD", true);  // the chain's spread form; 0: the control
     return s;
   }
 
@@ -409,6 +468,13 @@ class Sm90CcTactic final : public GroupedGemmTactic {
   }
 
   bool can_chain() const override { return true; }
+
+  // The chained launch routes a decode batch itself (CcParams::route) for the register routing's shapes with
+  // E <= 256 and up to kFrontMaxPairs pairs, as the wgmma chain does.
+  bool can_route_in_chain(const MoeConfig& cfg, int64_t tokens) const override {
+    const bool sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped;
+    return cfg.num_experts <= 256 && front_block_fits(route_detail::route_params(cfg), sigmoid, tokens, cfg.num_experts);
+  }
 
   Status run(const GroupedGemmArgs& args, Stream stream) const override {
     const bool fc1 = args.problem.op == GemmOp::kFc1SwiGlu;
@@ -435,8 +501,9 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                                 "neither",
                                 desc_.name));
     CcParams prm, prm2;
-    Status st = fill(a1, true, &prm);
+    Status st = fill(a1, true, &prm, true);
     if (st) st = fill(a2, false, &prm2);
+    if (st && a1.routing) st = bind_routing(a1, &prm);
     if (!st || p1.total_rows == 0) return st;
     if ((st = bind_fc2_output(a1, a2.out, &prm)), !st) return st;
     prm.w2 = prm2.w2;
@@ -444,12 +511,13 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     prm.w2_last = prm2.w2_last;
     prm.s2_last = prm2.s2_last;
     // The spread form (the kernel's "spread"): kCcSpreadRows routed rows and the folded last expert's one
-    // row, all through an index, where kCcSpreadRows x parts CTAs hold the last expert's inter / 2 column
+    // row, all through an index or the launch's own routing, where kCcSpreadRows x parts CTAs hold the last expert's inter / 2 column
     // pairs and its larger shared memory fits. The kernel takes it only where the offsets and the index
     // agree (every row the same token, the last expert's row alone and last); else each row has its CTAs.
-    if (a1.last_expert_weights != nullptr && a1.a_row_index != nullptr && p1.total_rows == kCcSpreadRows + 1 &&
+    if (a1.last_expert_weights != nullptr && (a1.a_row_index != nullptr || prm.route) &&
+        p1.total_rows == kCcSpreadRows + 1 &&
         int64_t(kCcSpreadRows) * prm.parts * 2 == prm.inter && cc_spread_smem_bytes(prm.hidden) <= smem_limit_ &&
-        env_switch("FP4MOE_SM90_CC_SPREAD", true))
+        spread_on_)
       prm.spread = kCcSpreadRows;
     return launch(kCcChain, prm, p1, stream);
   }
@@ -470,12 +538,53 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     return Status::ok();
   }
 
-  // One GEMM's arguments checked and its half of the kernel parameters filled.
-  Status fill(const GroupedGemmArgs& args, bool fc1, CcParams* out) const {
+  // FC1's routing inside the chained launch (GroupedGemmArgs::routing): the batch's shape against the problem
+  // and the routing's limits, then the front end's parameters; FC1 reads its rows from `a` through the CTA's
+  // own grouping.
+  Status bind_routing(const GroupedGemmArgs& a1, CcParams* prm) const {
+    const DecodeRouting& r = *a1.routing;
+    const GemmProblem& p = a1.problem;
+    auto bad = [&](const std::string& what) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: routing inside the launch: {}", desc_.name, what));
+    };
+    if (!r.config || !r.logits || !r.ids || !r.weights || !r.offsets || !r.gather || !r.pair_pos)
+      return bad("config, logits and the ids, weights, offsets, gather and pair_pos outputs are all required");
+    const MoeConfig& cfg = *r.config;
+    if (!can_route_in_chain(cfg, r.tokens))
+      return bad(fmt::format("{} tokens of {} are outside its shapes (E <= 256, at most {} pairs, the register "
+                             "routing's group layout)",
+                             r.tokens, cfg.to_string(), kFrontMaxPairs));
+    const int64_t rows = r.tokens * cfg.topk + (r.append_tokens ? r.tokens : 0);
+    if (p.num_experts != cfg.num_experts + (r.append_tokens ? 1 : 0) || p.total_rows < rows)
+      return bad(fmt::format("FC1 {} does not hold {} tokens x top-{} over {} experts{}", p.to_string(), r.tokens,
+                             cfg.topk, cfg.num_experts, r.append_tokens ? " plus the appended rows" : ""));
+    if (a1.a_row_index != nullptr || a1.expert_offsets != r.offsets)
+      return bad("FC1 must read the token rows directly (a_row_index null) and take routing->offsets as its "
+                 "expert_offsets");
+    RouteFront& f = prm->front;
+    f.logits = r.logits;
+    f.rp = route_detail::route_params(cfg);
+    f.sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped ? 1 : 0;
+    f.bias = f.sigmoid ? r.bias : nullptr;
+    f.tokens = static_cast<int>(r.tokens);
+    f.pexperts = static_cast<int>(cfg.num_experts);
+    f.append = r.append_tokens ? 1 : 0;
+    f.ids = r.ids;
+    f.weights = r.weights;
+    f.offsets = r.offsets;
+    f.gather = r.gather;
+    f.pair_pos = r.pair_pos;
+    prm->route = 1;
+    return Status::ok();
+  }
+
+  // One GEMM's arguments checked and its half of the kernel parameters filled (routed: FC1 of a chained
+  // launch, which may route its batch itself).
+  Status fill(const GroupedGemmArgs& args, bool fc1, CcParams* out, bool routed = false) const {
     const GemmProblem& p = args.problem;
-    if (args.routing)
+    if (args.routing && !routed)
       return Status(StatusCode::kInvalidArgument,
-                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) is not supported",
+                    fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) needs FC1 of run_chained",
                                 desc_.name));
     if (smem_limit_ == 0)
       return Status(StatusCode::kInvalidArgument, fmt::format("{}: run() before init()", desc_.name));
@@ -540,6 +649,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
 
   TacticDesc desc_;
   int smem_limit_ = 0;
+  bool spread_on_ = true;  // FP4MOE_SM90_CC_SPREAD, read at init()
 };
 
 size_t cc_bytes(const GemmProblem& p) { return cc_packed_bytes_of(p); }
