@@ -50,7 +50,7 @@ struct DecodeRouting {
   int32_t* ids = nullptr;             // device [tokens, topk] out
   float* weights = nullptr;           // device [tokens, topk] out
   int32_t* offsets = nullptr;         // device [E + 1] (+1 with append_tokens) out: FC1's and FC2's expert_offsets
-  int32_t* gather = nullptr;          // device [tokens * topk] out: token of grouped row r
+  int32_t* gather = nullptr;          // device [tokens * topk (+ tokens with append_tokens)] out: token of row r
   int32_t* pair_pos = nullptr;        // device [tokens * topk] out: grouped row of pair t * topk + k
 };
 

@@ -57,7 +57,7 @@ Status launch_gather_rows(const uint16_t* x, int64_t ld, const int32_t* gather, 
 // ld bf16 apart, y rows H; H and ld multiples of 8, x and y 16-byte aligned, else kInvalidArgument.
 // append_tokens (the whole layer only): every token also as the rows of one more expert E, b.offsets
 // [E + 2] with offsets[E + 1] = P + T and y[P + t] = x[t] (the engine's shared expert folded into the
-// routed launch); b.gather covers the P routed rows only.
+// routed launch); b.gather covers the P routed rows, then (append) the T appended rows' tokens.
 struct FrontShard {
   int64_t first = 0, count = 0;  // the experts held: [first, first + count); all E = the whole layer
 };

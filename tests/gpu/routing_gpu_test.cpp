@@ -199,9 +199,11 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
           Dev ids, w, off, gather, pos, y;
         };
         auto make = [&] {
-          // One more offset and T more rows: room for the appended token rows (append_tokens below).
+          // One more offset, T more gather entries and rows: room for the appended token rows (append_tokens
+          // below).
           Out o{Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(PE + 2) * 4),
-                Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>(P) * 4), Dev(static_cast<size_t>((P + T) * H) * 2)};
+                Dev(static_cast<size_t>(P + T) * 4), Dev(static_cast<size_t>(P) * 4),
+                Dev(static_cast<size_t>((P + T) * H) * 2)};
           for (const Dev* d : {&o.ids, &o.w, &o.off, &o.gather, &o.pos, &o.y}) d->poison();
           return o;
         };
@@ -279,7 +281,9 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
         std::vector<int32_t> off2 = off;
         off2.push_back(static_cast<int32_t>(P + T));
         EXPECT_EQ(app.off.download<int32_t>(static_cast<size_t>(PE + 2)), off2);
-        EXPECT_EQ(app.gather.download<int32_t>(n), ref.gather.download<int32_t>(n));
+        std::vector<int32_t> gather2 = ref.gather.download<int32_t>(n);
+        for (int64_t t = 0; t < T; ++t) gather2.push_back(static_cast<int32_t>(t));  // the appended rows' tokens
+        EXPECT_EQ(app.gather.download<int32_t>(static_cast<size_t>(P + T)), gather2);
         EXPECT_EQ(app.pos.download<int32_t>(n), ref.pos.download<int32_t>(n));
         const std::vector<uint16_t> ya = app.y.download<uint16_t>(static_cast<size_t>((P + T) * H));
         const std::vector<uint16_t> xs = x.download<uint16_t>(static_cast<size_t>(T * ld));
@@ -287,6 +291,21 @@ TEST(Routing, FrontSmallEqualsSeparateLaunches) {
         for (int64_t t = 0; t < T; ++t)
           EXPECT_TRUE(std::equal(ya.begin() + (P + t) * H, ya.begin() + (P + t + 1) * H, xs.begin() + t * ld))
               << "appended row " << t;
+        // Without y (the resident tactic reads the rows through gather): the same maps, no row written.
+        Out nc = make();
+        engine::PermuteBuffers nb;
+        buffers(nc, &nb);
+        const Status sn = engine::launch_front_small(logits.as<float>(), bp, T, cfg, shard, x.as<uint16_t>(), ld,
+                                                     nc.ids.as<int32_t>(), nc.w.as<float>(), nb, nullptr, nullptr, true);
+        ASSERT_TRUE(sn.is_ok()) << sn.to_string();
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(nc.ids.download<int32_t>(n), ref.ids.download<int32_t>(n));
+        EXPECT_EQ(nc.w.download<uint32_t>(n), ref.w.download<uint32_t>(n));
+        EXPECT_EQ(nc.off.download<int32_t>(static_cast<size_t>(PE + 2)), off2);
+        EXPECT_EQ(nc.gather.download<int32_t>(static_cast<size_t>(P + T)), gather2);
+        EXPECT_EQ(nc.pos.download<int32_t>(n), ref.pos.download<int32_t>(n));
+        const std::vector<uint16_t> yn = nc.y.download<uint16_t>(static_cast<size_t>((P + T) * H));
+        EXPECT_TRUE(std::all_of(yn.begin(), yn.end(), [&](uint16_t v) { return v == poison; })) << "rows copied";
         ++checked;
       }
     }

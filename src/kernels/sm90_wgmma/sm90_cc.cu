@@ -11,7 +11,7 @@
 //   - the grid is rows x parts: CTA (r, p) finds row r's expert in the offsets (one round trip: a warp's
 //     lanes read all the bounds at once and count those at or below r) and leaves at once when r is past
 //     offsets[E];
-//   - FC2's partial rows are added into an fp32 row of the workspace (red.global.add.v2.f32) and the
+//   - FC2's partial rows are added into an fp32 row of the workspace (red.global.add.v4.f32) and the
 //     last of the row's CTAs to arrive (a counter per row) converts it to bf16 and zeroes it and the
 //     counter again, so the launch needs no memset and leaves the workspace zero. The fp32 sum's order
 //     varies from launch to launch, so FC2's output may differ in the last bf16 bit between launches.
@@ -31,7 +31,7 @@
 // 12 made a second wave): the last expert's row has no CTAs of its own; CTA (r, p) of the 8 routed rows also
 // computes its column pair q = 16r + p (SwiGLU columns 2q, 2q + 1: warps 0-3 take its gate and up rows
 // beside their own in FC1, every thread its plane's four rows beside its own in FC2), so 128 CTAs hold both
-// experts in one wave, with 25,856 more bytes of shared memory each at hidden 6144.
+// experts in one wave, with 26,112 more bytes of shared memory each at hidden 6144.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -121,8 +121,8 @@ constexpr int kCcRouteSrcOffset = kCcRouteOffOffset + 4 * (kFrontMaxExperts + 2)
 constexpr int kCcRouteEnd = kCcRouteSrcOffset + 4 * kFrontMaxRows;
 static_assert((3 * kFrontMaxPairs + kCcThreads / 32) * 4 <= kCcRouteFrontOffset &&
                   kCcRouteFrontOffset + int(sizeof(RouteFront)) <= kCcRouteCandOffset &&
-                  kCcRouteEnd <= 18 * kCcChunkBytes,
-              "the routing's scratch fits the chained launch's chunk area (18 chunks at hidden 1024)");
+                  kCcRouteEnd <= 3 * kCcChunkBytes,
+              "the routing's scratch fits the chained launch's chunk area (3 chunks at hidden 1024)");
 // Not inlined: the routing's code (both rules) would sit in front of the kernel's own (sm90 step 31's
 // lesson for the wgmma chain). `f` is the kernel's RouteFront copied into shared memory.
 __device__ __noinline__ void cc_route_prologue(const RouteFront& f, uint8_t* area, int experts, int row, int R,
@@ -252,7 +252,8 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
       if (spread) {  // the pair's plane, then the chunk's row scales
         const uint8_t* gl = l2 + static_cast<int64_t>(f) * kCcChunkBytes;
         bulk_copy_g2s(spread2 + f * kCcSpread2Bytes, gl + 1024 * j, 1024, &bars[n1 + f], policy);
-        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes + 1024, gl + kCcCodeBytes, 1024, &bars[n1 + f], policy);
+        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes + 1024, gl + kCcCodeBytes, 1024, &bars[n1 + f],
+                      policy_evict_normal());  // the 8 CTAs of the part read these scales
       }
     }
   }
