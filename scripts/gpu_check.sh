@@ -225,19 +225,20 @@ if want sm90; then
     status=1
     note "bench_sm90: not staged (scripts/gpu_build.sh stages it)"
   fi
-  # The TP8 forward at T = 1: (FP4MOE_SM90_CC, FP4MOE_FOLD_SHARED, FP4MOE_SM90_CC_SPREAD), the wgmma chain
-  # first and last, so that the spread form (1 1 1) sits between two of its peers' runs.
-  for v in "0 1 1" "1 1 1" "1 1 0" "1 0 1" "0 1 1"; do
-    read -r cc fold spread <<<"$v"
-    d="$out/bench_tp8_cc${cc}_fold${fold}_spread$spread"
+  # The TP8 forward at T = 1 by (FP4MOE_SM90_CC, FP4MOE_SM90_CC_SPREAD, FP4MOE_CHAIN_FP32_ROWS,
+  # FP4MOE_ROUTE_IN_CHAIN): the wgmma chain first and last, the resident tactic with each of its three
+  # forward changes turned off in turn between them.
+  for v in "0 1 1 1" "1 1 1 1" "1 1 1 0" "1 1 0 1" "1 0 1 1" "0 1 1 1"; do
+    read -r cc spread rows route <<<"$v"
+    d="$out/bench_tp8_cc${cc}_spread${spread}_rows${rows}_route$route"
     [ -d "$d" ] && d="${d}_again"
     mkdir -p "$d"
-    FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_SM90_CC_SPREAD=$spread FP4MOE_PRINT_TACTICS=1 \
-      timeout -k 10 "${BENCH_TIMEOUT:-180}" \
+    FP4MOE_SM90_CC=$cc FP4MOE_SM90_CC_SPREAD=$spread FP4MOE_CHAIN_FP32_ROWS=$rows FP4MOE_ROUTE_IN_CHAIN=$route \
+      FP4MOE_PRINT_TACTICS=1 timeout -k 10 "${BENCH_TIMEOUT:-180}" \
       "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts --dump-dir "$d" \
       >"$d.log" 2>&1
     rc=$?
-    what="fp4moe bench --tp 8 --tokens 1, FP4MOE_SM90_CC=$cc FP4MOE_FOLD_SHARED=$fold FP4MOE_SM90_CC_SPREAD=$spread"
+    what="fp4moe bench --tp 8 --tokens 1, CC=$cc CC_SPREAD=$spread CHAIN_FP32_ROWS=$rows ROUTE_IN_CHAIN=$route"
     if [ $rc -eq 0 ]; then note "$what: done"; else status=1; note "$what: FAIL rc=$rc"; fi
   done
 fi
@@ -245,7 +246,7 @@ fi
 {
   echo "== fp4moe GPU check ($(cat "$stage/revision.txt" 2>/dev/null)) =="
   for s in "${summary[@]}"; do echo "  $s"; done
-  for f in "$out"/bench_*/table.md; do [ -f "$f" ] && cat "$f"; done
+  for f in "$out"/bench_*/table.md; do [ -f "$f" ] && { echo "-- $(basename "$(dirname "$f")")"; cat "$f"; }; done
   echo "overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 } | tee "$out/summary.txt"
 exit $status

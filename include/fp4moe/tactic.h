@@ -80,6 +80,13 @@ struct GroupedGemmArgs {
   // workspace (the engine's finalize does), instead of zeroing them in its last CTA, whose extra round
   // trip then delays the launch's end. The rest of the workspace is zero after the launch as always.
   bool caller_resets = false;
+  // FC1's args of run_chained only, for tactics whose fp32_rows_offset() is not negative: true, FC2 leaves
+  // each row r as its fp32 sums in the workspace (hidden floats at fp32_rows_offset(fc1 problem) bytes + 4r
+  // hidden) instead of bf16 in FC2's `out`, which it leaves untouched; the caller reads them there (rounding
+  // each to bf16, FC2's output) and zeroes them, on the same stream after the launch and before the next run
+  // on that workspace (the engine's finalize does). The launch then ends with its last adds, without the
+  // round trips of a last CTA that converts each row.
+  bool fp32_rows_to_caller = false;
 };
 
 // Device weight layouts. kCanonical: per expert, codes [N, K/2] uint8 then block scales [N, K/16] e4m3,
@@ -154,6 +161,12 @@ class GroupedGemmTactic {
   virtual size_t chained_reset_bytes(const GemmProblem& fc1) const {
     (void)fc1;
     return 0;
+  }
+  // Where a chained launch with GroupedGemmArgs::fp32_rows_to_caller leaves FC2's fp32 rows (bytes into the
+  // workspace, 16-byte aligned); negative: the tactic does not take fp32_rows_to_caller.
+  virtual int64_t fp32_rows_offset(const GemmProblem& fc1) const {
+    (void)fc1;
+    return -1;
   }
 };
 

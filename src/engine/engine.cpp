@@ -293,6 +293,9 @@ class CudaMoeEngine final : public MoeEngine {
     // FP4MOE_FRONT_SMALL=0: routing, permutation and the row copy as separate launches at every T (the
     // control for the fused small-batch front end, routed()).
     front_small_ = env_switch("FP4MOE_FRONT_SMALL", true);
+    // FP4MOE_CHAIN_FP32_ROWS=0: a chained launch that could leave FC2's fp32 rows to finalize converts them
+    // itself (the control, routed()).
+    fp32_rows_ = env_switch("FP4MOE_CHAIN_FP32_ROWS", true);
     plan_ = plan_workspace(ws);
     workspace_ = DeviceBuffer(plan_.total, "engine workspace");
     ptrs_ = bind_workspace(plan_, workspace_.get());
@@ -328,9 +331,11 @@ class CudaMoeEngine final : public MoeEngine {
 
     const BucketTactics& bt = tactics_[bucket_index(T)];
     size_t reset = 0;  // workspace bytes the routed launch leaves to finalize (GroupedGemmArgs::caller_resets)
+    float* rows32 = nullptr;  // or FC2's fp32 rows, left to finalize (GroupedGemmArgs::fp32_rows_to_caller)
     if (bt.fold && fused_front(T)) {  // the shared expert runs as expert E of the routed launch, rows P..P+T
-      const Status st = routed(x, T, logits, bt, true, stream, &reset);
+      const Status st = routed(x, T, logits, bt, true, stream, &reset, &rows32);
       if (!st.is_ok()) return st;
+      if (rows32) return finalize(nullptr, T, out, stream, reset, rows32, rows32 + T * K * H);
       return finalize(ptrs_.y + T * K * H, T, out, stream, reset);
     }
     Status st;
@@ -348,40 +353,47 @@ class CudaMoeEngine final : public MoeEngine {
       FP4MOE_CUDA_RETURN(cudaEventRecord(join_, side_));
       y_shared = ptrs_.ys;
     }
-    st = routed(x, T, logits, bt, false, stream, &reset);
+    st = routed(x, T, logits, bt, false, stream, &reset, &rows32);
     // Join the side stream even after an error, so a capture in progress stays well formed.
     if (y_shared) {
       const cudaError_t err = cudaStreamWaitEvent(stream, join_, 0);
       if (st.is_ok() && err != cudaSuccess) return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
     }
     if (!st.is_ok()) return st;
-    return finalize(y_shared, T, out, stream, reset);
+    return finalize(y_shared, T, out, stream, reset, rows32);
   }
 
   // Serial variant: routed experts and finalize on `stream` after the shared expert.
   Status finish_forward(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt,
                         const uint16_t* y_shared, uint16_t* out, cudaStream_t stream) {
     size_t reset = 0;
-    const Status st = routed(x, T, logits, bt, false, stream, &reset);
+    float* rows32 = nullptr;
+    const Status st = routed(x, T, logits, bt, false, stream, &reset, &rows32);
     if (!st.is_ok()) return st;
-    return finalize(y_shared, T, out, stream, reset);
+    return finalize(y_shared, T, out, stream, reset, rows32);
   }
 
   // The combine into `out`, which also zeroes the first `reset` bytes of the tactics' workspace where the
   // routed launch left them (GroupedGemmArgs::caller_resets). Should the launch fail, they are zeroed by a
   // memset instead, so that the next forward does not start on this one's counters.
-  Status finalize(const uint16_t* y_shared, int64_t T, uint16_t* out, cudaStream_t stream, size_t reset) {
-    const Status st = launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T,
-                                              cfg_.topk, cfg_.hidden, out, stream, reset ? ptrs_.tactic : nullptr, reset);
+  // rows32 (and rows32_shared, the folded shared expert's): FC2's rows as fp32 sums in the tactics' workspace,
+  // which finalize reads instead of y and zeroes; should the launch fail, the workspace is zeroed by a memset.
+  Status finalize(const uint16_t* y_shared, int64_t T, uint16_t* out, cudaStream_t stream, size_t reset,
+                  float* rows32 = nullptr, float* rows32_shared = nullptr) {
+    const Status st =
+        launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, cfg_.topk,
+                                cfg_.hidden, out, stream, reset ? ptrs_.tactic : nullptr, reset, rows32, rows32_shared);
     if (!st.is_ok() && reset > 0) (void)cudaMemsetAsync(ptrs_.tactic, 0, reset, stream);
+    if (!st.is_ok() && rows32) (void)cudaMemsetAsync(ptrs_.tactic, 0, plan_.tactic_shared - plan_.tactic, stream);
     return st;
   }
 
   // Routing, permutation and the routed experts' FC1 / FC2 on `stream`; with `fold` (bt.fold and
   // fused_front(T)) the shared expert too, as expert E holding grouped rows P .. P + T - 1.
   Status routed(const uint16_t* x, int64_t T, const float* logits, const BucketTactics& bt, bool fold,
-                cudaStream_t stream, size_t* reset) {
+                cudaStream_t stream, size_t* reset, float** rows32) {
     *reset = 0;
+    *rows32 = nullptr;
     const int64_t K = cfg_.topk, E = cfg_.num_experts, H = cfg_.hidden, I = cfg_.inter;
     Status st;
     // Routing is global (all E experts) on every rank.
@@ -476,11 +488,16 @@ class CudaMoeEngine final : public MoeEngine {
       a2.last_expert_scales = w_.shared_fc2.tensor_scales.as<float>();
     }
     if (bt.chain) {
-      // The chained launch leaves its counters to finalize, the next kernel on this stream.
+      // The chained launch leaves its counters to finalize, the next kernel on this stream; and, where the
+      // tactic can (the resident one) at decode sizes, FC2's rows as fp32 sums, which finalize rounds to bf16
+      // and zeroes (GroupedGemmArgs::fp32_rows_to_caller; FP4MOE_CHAIN_FP32_ROWS=0 is the control).
       const size_t bytes = bt.fc1->chained_reset_bytes(a1.problem);
       a1.caller_resets = bytes > 0;
+      const int64_t rows_at = bt.fc1->fp32_rows_offset(a1.problem);
+      a1.fp32_rows_to_caller = fp32_rows_ && fused_front(T) && rows_at >= 0;
       st = bt.fc1->run_chained(a1, a2, stream);
       if (st.is_ok()) *reset = bytes;
+      if (st.is_ok() && a1.fp32_rows_to_caller) *rows32 = reinterpret_cast<float*>(static_cast<uint8_t*>(ptrs_.tactic) + rows_at);
       return st;
     }
     if ((st = bt.fc1->run(a1, stream)), !st.is_ok()) return st;
@@ -569,6 +586,7 @@ class CudaMoeEngine final : public MoeEngine {
   enum class Fc1Gather { kCopy, kIndex };
   Fc1Gather fc1_gather_ = Fc1Gather::kCopy;  // FP4MOE_FC1_GATHER
   bool front_small_ = true;                   // FP4MOE_FRONT_SMALL
+  bool fp32_rows_ = true;                     // FP4MOE_CHAIN_FP32_ROWS
 };
 
 Status create_engine(const MoeConfig& cfg, const EngineOptions& opts, std::unique_ptr<MoeEngine>* out,

@@ -79,10 +79,13 @@ Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* 
 // reset (16-byte aligned, reset_bytes a multiple of 16) or null: bytes the kernel zeroes after its
 // programmatic-launch wait, i.e. once the kernel before it on the stream has ended (the chained GEMM
 // launch's counters, GroupedGemmArgs::caller_resets).
+// y32 (16-byte aligned) or null: FC2's rows as fp32 sums instead of y (GroupedGemmArgs::fp32_rows_to_caller),
+// rounded to bf16 here and zeroed as they are read; y32_shared: the shared expert's T rows likewise (then
+// y_shared null).
 Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const float* weights,
                                const int32_t* kept_rows, const uint16_t* y_shared, int64_t tokens, int64_t topk,
                                int64_t hidden, uint16_t* out, Stream stream, void* reset = nullptr,
-                               size_t reset_bytes = 0);
+                               size_t reset_bytes = 0, float* y32 = nullptr, float* y32_shared = nullptr);
 
 // --- expert parallelism (expert_parallel.cu) --------------------------------------------------------
 // local_ids[i] = ids[i] - first when first <= ids[i] < first + count, else count (the dropped bucket),

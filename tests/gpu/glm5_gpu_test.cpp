@@ -112,8 +112,9 @@ TEST(Glm5, Tp8ShardAgainstReference) {
 
 // The TP8 shard at T = 1 on the sm90 resident tactic, forced (by default the shared expert is folded into its
 // chained launch as the last expert and spread over the 8 routed rows' 128 CTAs, the launch routing the token
-// itself), against the reference; then with the fused front end before the launch (FP4MOE_ROUTE_IN_CHAIN=0)
-// and without the spread form (FP4MOE_SM90_CC_SPREAD=0: 9 rows of 16 CTAs, 144 on 132 SMs). No graph
+// itself, FC2's fp32 rows left to finalize), against the reference; then with the fused front end before the
+// launch (FP4MOE_ROUTE_IN_CHAIN=0), without the spread form (FP4MOE_SM90_CC_SPREAD=0: 9 rows of 16 CTAs, 144
+// on 132 SMs) and with the launch converting its rows (FP4MOE_CHAIN_FP32_ROWS=0). No graph
 // check: its FC2 adds partial rows with atomics, so a replay may differ from the eager forward in the last
 // bf16 bit (README, FP4MOE_SM90_CC). Skipped where it cannot run (no sm_90a device).
 TEST(Glm5, Tp8ShardResidentTacticAtOneToken) {
@@ -132,7 +133,7 @@ TEST(Glm5, Tp8ShardResidentTacticAtOneToken) {
   eo.max_tokens = 1;
   eo.fc1_tactic = eo.fc2_tactic = name;
   const Case& c = cases[0];
-  for (const char* env : {"", "FP4MOE_ROUTE_IN_CHAIN", "FP4MOE_SM90_CC_SPREAD"}) {
+  for (const char* env : {"", "FP4MOE_ROUTE_IN_CHAIN", "FP4MOE_SM90_CC_SPREAD", "FP4MOE_CHAIN_FP32_ROWS"}) {
     SCOPED_TRACE(::testing::Message() << (*env ? env : "defaults") << (*env ? "=0" : ""));
     const char* prev = *env ? std::getenv(env) : nullptr;
     const std::string saved = prev ? prev : "";

@@ -15,6 +15,7 @@
 //   - check() on this device: the decode shape passes; a hidden size off 1024, a SwiGLU width off 16, two
 //     rows per expert, too many experts, too much shared memory and an sm_80 profile are refused with a
 //     reason; the kernels use no local memory and no more registers than the descriptor declares;
+//   - the chained launch leaving FC2's fp32 rows to the caller (fp32_rows_to_caller), beside each chained case;
 //   - bad arguments (run before init, mismatched chained GEMMs, no workspace, ...) are refused with
 //     kInvalidArgument before anything is launched.
 // Every launch runs three times on outputs poisoned with 0xD5: rows past offsets[E] must stay poisoned and
@@ -29,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -327,17 +329,42 @@ void run_chain_case(const std::vector<int>& rows, int64_t hidden, int64_t inter,
   const std::vector<float> ref1 = reference(w1, g, x, hidden, row_index);
   std::vector<uint16_t> h_first;
   std::vector<float> ref2;
-  for (const bool chained : {false, true})
+  // Mode 2: the chained launch leaving FC2's fp32 rows in the workspace (fp32_rows_to_caller); the test then
+  // does the caller's part: the rows rounded to bf16 are FC2's output, then zeroed. y stays poisoned.
+  GroupedGemmArgs a1_rows = a1;
+  a1_rows.fp32_rows_to_caller = true;
+  const int64_t rows_at = t.fp32_rows_offset(p1);
+  ASSERT_GE(rows_at, 0);
+  for (const int mode : {0, 1, 2})
     for (int launch = 0; launch < 3; ++launch) {
-      SCOPED_TRACE(fmt::format("{} launch {}", chained ? "chained" : "two-launch", launch));
+      const bool chained = mode > 0;
+      SCOPED_TRACE(fmt::format("{} launch {}", mode == 0 ? "two-launch" : (mode == 1 ? "chained" : "chained, fp32 rows"),
+                               launch));
       d_h.fill(0xD5);
       d_y.fill(0xD5);
-      Status st = chained ? t.run_chained(a1, a2, nullptr) : t.run(a1, nullptr);
+      Status st = chained ? t.run_chained(mode == 2 ? a1_rows : a1, a2, nullptr) : t.run(a1, nullptr);
       if (st.is_ok() && !chained) st = t.run(a2, nullptr);
       ASSERT_TRUE(st.is_ok()) << st.to_string();
       SM90_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<uint16_t> y32;  // mode 2: the fp32 rows rounded to bf16
+      if (mode == 2) {
+        std::vector<uint8_t> ws(d_ws.size());
+        d_ws.download(ws.data(), ws.size());
+        ASSERT_TRUE(std::all_of(ws.begin(), ws.begin() + rows_at, [](uint8_t b) { return b == 0; }))
+            << "row counters touched";
+        y32.assign(static_cast<size_t>(g.total * hidden), 0xD5D5);
+        for (int64_t i = 0; i < g.used * hidden; ++i) {
+          float v;
+          std::memcpy(&v, ws.data() + rows_at + 4 * i, 4);
+          y32[i] = f32_to_bf16_bits(v);
+        }
+        const std::vector<uint16_t> untouched = download_bf16(d_y);
+        EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](uint16_t v) { return v == 0xD5D5; }))
+            << "FC2's bf16 output written with fp32_rows_to_caller";
+        d_ws.fill(0);  // the caller zeroes the rows
+      }
       expect_workspace_zero(d_ws);
-      const std::vector<uint16_t> h = download_bf16(d_h), y = download_bf16(d_y);
+      const std::vector<uint16_t> h = download_bf16(d_h), y = mode == 2 ? y32 : download_bf16(d_y);
       if (h_first.empty()) {
         expect_output(h, ref1, g.used, inter, "FC1");
         h_first = h;
@@ -590,6 +617,9 @@ TEST(Sm90CcTactic, RefusesBadArguments) {
   b.routing = &routing;
   expect_refused(t.run(b, nullptr), "routing", "routing");
   expect_refused(t.run_chained(b, a2, nullptr), "routing in the chain", "routing");
+  b = a2;
+  b.fp32_rows_to_caller = true;
+  expect_refused(t.run(b, nullptr), "fp32 rows outside a chained launch", "run_chained");
   SM90_CUDA_OK(cudaDeviceSynchronize());  // nothing was launched, nothing failed
 }
 

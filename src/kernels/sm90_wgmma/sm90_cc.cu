@@ -82,6 +82,7 @@ struct CcParams {
   int spread = 0;                        // the chain's spread form: kCcSpreadRows, else 0 (Sm90CcTactic::launch)
   int route = 0;                         // the chain routes and groups its batch itself (GroupedGemmArgs::routing)
   RouteFront front;                      // ... as the fused front end does (common/front_block.cuh); a = token rows
+  int fp32_out = 0;                      // the chain leaves FC2's fp32 rows to the caller (fp32_rows_to_caller)
 };
 
 // *p += v at GPU scope with acquire-release semantics; the old value.
@@ -356,6 +357,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
                      : "memory");
       }
     }
+    if (prm.fp32_out) return;  // the caller reads the fp32 rows, rounds them to bf16 and zeroes them
     // A row's last CTA to arrive converts the fp32 row to bf16 and zeroes it and the counter: every
     // thread's adds fenced at GPU scope (acq_rel, not the sequentially consistent fence __threadfence
     // compiles to), the CTA's barrier, then thread 0's count as an acquire-release atomic (its release
@@ -470,6 +472,9 @@ class Sm90CcTactic final : public GroupedGemmTactic {
 
   bool can_chain() const override { return true; }
 
+  // FC2's fp32 rows follow the row counters in the workspace (workspace_bytes).
+  int64_t fp32_rows_offset(const GemmProblem& fc1) const override { return counters_bytes(fc1.total_rows); }
+
   // The chained launch routes a decode batch itself (CcParams::route) for the register routing's shapes with
   // E <= 256 and up to kFrontMaxPairs pairs, as the wgmma chain does.
   bool can_route_in_chain(const MoeConfig& cfg, int64_t tokens) const override {
@@ -505,6 +510,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     Status st = fill(a1, true, &prm, true);
     if (st) st = fill(a2, false, &prm2);
     if (st && a1.routing) st = bind_routing(a1, &prm);
+    prm.fp32_out = a1.fp32_rows_to_caller ? 1 : 0;
     if (!st || p1.total_rows == 0) return st;
     if ((st = bind_fc2_output(a1, a2.out, &prm)), !st) return st;
     prm.w2 = prm2.w2;
@@ -586,6 +592,11 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     if (args.routing && !routed)
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) needs FC1 of run_chained",
+                                desc_.name));
+    if (args.fp32_rows_to_caller && !routed)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: FC2's fp32 rows left to the caller (GroupedGemmArgs::fp32_rows_to_caller) need "
+                                "FC1's arguments of run_chained",
                                 desc_.name));
     if (smem_limit_ == 0)
       return Status(StatusCode::kInvalidArgument, fmt::format("{}: run() before init()", desc_.name));
