@@ -357,7 +357,11 @@ class CudaMoeEngine final : public MoeEngine {
     // Join the side stream even after an error, so a capture in progress stays well formed.
     if (y_shared) {
       const cudaError_t err = cudaStreamWaitEvent(stream, join_, 0);
-      if (st.is_ok() && err != cudaSuccess) return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+      if (st.is_ok() && err != cudaSuccess) {
+        // No finalize: what the routed launch left in the tactics' workspace is zeroed here instead.
+        if (reset > 0 || rows32) (void)cudaMemsetAsync(ptrs_.tactic, 0, plan_.tactic_shared - plan_.tactic, stream);
+        return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+      }
     }
     if (!st.is_ok()) return st;
     return finalize(y_shared, T, out, stream, reset, rows32);

@@ -30,9 +30,6 @@ namespace {
 
 constexpr int kFinalizeThreads = 256;
 
-// kBatch > 0: topk <= kBatch, and every row index, weight and 16-byte row load of the token is issued
-// before the first add (decode: one token's 8 rows are 8 independent loads instead of a chain of 8
-// index-then-row round trips); kBatch = 0: any topk, one pair at a time. Same adds in the same order.
 // An fp32 row's 8 columns at p, rounded to bf16 (as bf16x8), then zeroed.
 __device__ __forceinline__ uint4 take_f32x8(float* p) {
   float4* q = reinterpret_cast<float4*>(p);
@@ -45,6 +42,9 @@ __device__ __forceinline__ uint4 take_f32x8(float* p) {
   return make_uint4(pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
 }
 
+// kBatch > 0: topk <= kBatch, and every row index, weight and 16-byte row load of the token is issued
+// before the first add (decode: one token's 8 rows are 8 independent loads instead of a chain of 8
+// index-then-row round trips); kBatch = 0: any topk, one pair at a time. Same adds in the same order.
 template <int kBatch, bool kF32>
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const uint16_t* __restrict__ y, const int32_t* __restrict__ pair_pos,

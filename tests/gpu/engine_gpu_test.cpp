@@ -289,8 +289,10 @@ TEST(Small, OneTokenTileOnlyWhereItsLayoutIsAllowed) {
 
 // The sm90 resident tactic (sm90.w4f16.m32n1k512.cc) in the engine: forced by name in an engine of one token,
 // with and without an NVFP4 shared expert (folded in as the chained launch's last expert; at top-8 the chain
-// spreads it over the routed rows' CTAs), the chained launch routing the token itself (the default) and after
-// the fused front end (FP4MOE_ROUTE_IN_CHAIN=0), and chosen by the
+// spreads it over the routed rows' CTAs), the chained launch routing the token itself and leaving FC2's fp32
+// rows to finalize (the defaults), after the fused front end (FP4MOE_ROUTE_IN_CHAIN=0), with the shared
+// expert on the side stream (FP4MOE_FOLD_SHARED=0) and converting its own rows (FP4MOE_CHAIN_FP32_ROWS=0),
+// and chosen by the
 // heuristic with FP4MOE_SM90_CC=1 for the one-token bucket only (its CTAs, 4 rows x 64 / 16, fit one wave;
 // the one-token layout allowed by extra_weight_layouts), each forward against the reference. Skipped where
 // it cannot run (no sm_90a device).
@@ -303,11 +305,15 @@ TEST(Small, ResidentTacticForward) {
   cfg.norm_topk_prob = true;
   const std::vector<std::string> usable = tactics_for_layer(cfg, 1, false);
   if (std::find(usable.begin(), usable.end(), cc) == usable.end()) GTEST_SKIP() << cc << " cannot run on this device";
+  const std::pair<const char*, const char*> envs[] = {{"FP4MOE_ROUTE_IN_CHAIN", "1"},
+                                                      {"FP4MOE_ROUTE_IN_CHAIN", "0"},
+                                                      {"FP4MOE_FOLD_SHARED", "0"},
+                                                      {"FP4MOE_CHAIN_FP32_ROWS", "0"}};
   for (const int variant : {0, 1, 2})
-    for (const char* route : {"1", "0"}) {
+    for (const auto& [env, value] : envs) {
       // 0: no shared expert; 1: a shared expert (folded); 2: top-8 with a shared expert (folded, spread).
       SCOPED_TRACE(::testing::Message() << (variant == 0 ? "no shared expert" : "NVFP4 shared expert")
-                                        << (variant == 2 ? ", top-8" : "") << ", FP4MOE_ROUTE_IN_CHAIN=" << route);
+                                        << (variant == 2 ? ", top-8" : "") << ", " << env << "=" << value);
       MoeConfig c = cfg;
       if (variant > 0) {
         c.n_shared_experts = 1;
@@ -322,7 +328,7 @@ TEST(Small, ResidentTacticForward) {
       eo.max_tokens = 1;
       eo.fc1_tactic = eo.fc2_tactic = cc;
       std::unique_ptr<MoeEngine> engine;
-      const Status st = create_with_env("FP4MOE_ROUTE_IN_CHAIN", route, w, eo, &engine);
+      const Status st = create_with_env(env, value, w, eo, &engine);
       ASSERT_TRUE(st.is_ok()) << st.to_string();
       EXPECT_EQ(engine->fc1_tactic_for(1), cc);
       EXPECT_EQ(engine->fc2_tactic_for(1), cc);

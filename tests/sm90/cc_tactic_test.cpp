@@ -358,6 +358,11 @@ void run_chain_case(const std::vector<int>& rows, int64_t hidden, int64_t inter,
           std::memcpy(&v, ws.data() + rows_at + 4 * i, 4);
           y32[i] = f32_to_bf16_bits(v);
         }
+        // Nothing but the used rows' fp32 sums in the workspace.
+        const size_t used_end = static_cast<size_t>(rows_at + 4 * g.used * hidden);
+        EXPECT_TRUE(std::all_of(ws.begin() + static_cast<std::ptrdiff_t>(used_end), ws.end(),
+                                [](uint8_t b) { return b == 0; }))
+            << "workspace written past the used rows";
         const std::vector<uint16_t> untouched = download_bf16(d_y);
         EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](uint16_t v) { return v == 0xD5D5; }))
             << "FC2's bf16 output written with fp32_rows_to_caller";
