@@ -30,16 +30,31 @@ namespace {
 
 constexpr int kFinalizeThreads = 256;
 
-// An fp32 row's 8 columns at p, rounded to bf16 (as bf16x8), then zeroed.
-__device__ __forceinline__ uint4 take_f32x8(float* p) {
-  float4* q = reinterpret_cast<float4*>(p);
-  const float4 a = __ldcg(q), b = __ldcg(q + 1);
-  __stcg(q, make_float4(0.f, 0.f, 0.f, 0.f));
-  __stcg(q + 1, make_float4(0.f, 0.f, 0.f, 0.f));
+// 8 fp32 values rounded to bf16 (as bf16x8).
+__device__ __forceinline__ uint4 f32x8_to_bf16x8(const float4& a, const float4& b) {
   auto pack = [](float lo, float hi) {
     return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
   };
   return make_uint4(pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
+}
+// An fp32 row's 8 columns at p (two float4) and their zeroing.
+struct F32x8 {
+  float4 a, b;
+};
+__device__ __forceinline__ F32x8 load_f32x8(const float* p) {
+  const float4* q = reinterpret_cast<const float4*>(p);
+  return {__ldcg(q), __ldcg(q + 1)};
+}
+__device__ __forceinline__ void zero_f32x8(float* p) {
+  float4* q = reinterpret_cast<float4*>(p);
+  __stcg(q, make_float4(0.f, 0.f, 0.f, 0.f));
+  __stcg(q + 1, make_float4(0.f, 0.f, 0.f, 0.f));
+}
+// One at a time: the row's 8 columns rounded to bf16, then zeroed.
+__device__ __forceinline__ uint4 take_f32x8(float* p) {
+  const F32x8 v = load_f32x8(p);
+  zero_f32x8(p);
+  return f32x8_to_bf16x8(v.a, v.b);
 }
 
 // kBatch > 0: topk <= kBatch, and every row index, weight and 16-byte row load of the token is issued
@@ -90,10 +105,29 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       w[k] = k < topk ? weights[pair0 + k] : 0.f;
     }
     if (shared_row) vs = *shared_row;
-    if (shared32) vs = take_f32x8(shared32);
+    if constexpr (kF32) {
+      // Every row's loads first, then their zeroing: a store issued between them would order the next
+      // row's load after it (the same pointer), one round trip a row.
+      F32x8 f[kBatch], fs{};
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k)
-      if (row[k] < kept) v[k] = row_at(row[k]);
+      for (int k = 0; k < kBatch; ++k)
+        if (row[k] < kept) f[k] = load_f32x8(y32 + static_cast<int64_t>(row[k]) * hidden + c8 * 8);
+      if (shared32) fs = load_f32x8(shared32);
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (row[k] < kept) {
+          zero_f32x8(y32 + static_cast<int64_t>(row[k]) * hidden + c8 * 8);
+          v[k] = f32x8_to_bf16x8(f[k].a, f[k].b);
+        }
+      if (shared32) {
+        zero_f32x8(shared32);
+        vs = f32x8_to_bf16x8(fs.a, fs.b);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (row[k] < kept) v[k] = row_at(row[k]);
+    }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k)
       if (row[k] < kept) add_row(v[k], w[k]);  // a pair of another rank's expert (or past topk) is skipped

@@ -375,7 +375,12 @@ void run_chain_case(const std::vector<int>& rows, int64_t hidden, int64_t inter,
         h_first = h;
         ref2 = reference(w2, g, h_first, inter, {});
       }
-      ASSERT_TRUE(h == h_first) << "FC1's output differs from the first two-launch run's";
+      // The spread form (one token, the folded expert's row R last) sums row R's FC1 in another order than
+      // its own CTAs do: that row against the reference only.
+      const size_t exact = static_cast<size_t>((one_token && fold && chained ? g.used - 1 : g.used) * inter);
+      ASSERT_TRUE(std::equal(h.begin(), h.begin() + exact, h_first.begin()))
+          << "FC1's output differs from the first two-launch run's";
+      if (exact < static_cast<size_t>(g.used * inter)) expect_output(h, ref1, g.used, inter, "FC1");
       expect_output(y, ref2, g.used, hidden, "FC2");
     }
 }

@@ -59,7 +59,11 @@ namespace sm90 {
 namespace {
 
 // What a launch runs: FC1 alone (SwiGLU rows out), FC2 alone (FC1's rows in), or both (the chain).
-enum CcMode : int { kCcFc1 = 1, kCcFc2 = 2, kCcChain = 3 };
+// The chain's forms are builds of their own, so that the plain chain carries neither's code: kCcSpread (the
+// spread form's slices and math) and kCcRoute (the routing prologue's call).
+enum CcMode : int { kCcFc1 = 1, kCcFc2 = 2, kCcChain = 3, kCcSpread = 4, kCcRoute = 8 };
+constexpr int kCcModes[] = {kCcFc1, kCcFc2, kCcChain, kCcChain | kCcSpread, kCcChain | kCcRoute,
+                            kCcChain | kCcSpread | kCcRoute};
 
 struct CcParams {
   const int32_t* offsets = nullptr;      // [E + 1]
@@ -163,9 +167,10 @@ __device__ __noinline__ void cc_route_prologue(const RouteFront& f, uint8_t* are
 template <int kMode>
 __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
   constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
+  constexpr bool kSpread = (kMode & kCcSpread) != 0 && kFc1 && kFc2, kRoute = (kMode & kCcRoute) != 0 && kFc1 && kFc2;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int H = prm.hidden, I = prm.inter, R = prm.spread;
+  const int H = prm.hidden, I = prm.inter, R = kSpread ? prm.spread : 0;
   const int n1 = kFc1 ? H / kCcChunkK : 0, n2 = kFc2 ? H / kCcChunkRows : 0, nch = n1 + n2;
   const int row = static_cast<int>(blockIdx.x / prm.parts), p = static_cast<int>(blockIdx.x % prm.parts);
   // Shared memory: [the token bf16 (2H), its f16 copy (2H)] where FC1 runs, the chunks, [the spread form's
@@ -179,7 +184,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   int* red_i = reinterpret_cast<int*>(red);
 
   pdl_wait();  // the offsets (or logits), the rows and the workspace come from earlier kernels of the stream
-  if (kFc1 && kFc2 && prm.route) {
+  if (kRoute) {
     RouteFront* s_front = reinterpret_cast<RouteFront*>(chunks + kCcRouteFrontOffset);
     if (tid == 0) *s_front = prm.front;  // constant-bank loads here, shared-memory loads in the call
     __syncthreads();
@@ -207,7 +212,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   }
   __syncthreads();
   const int e = red_i[0], src = red_i[1];
-  const bool spread = kFc1 && kFc2 && red_i[2] != 0;
+  const bool spread = kSpread && red_i[2] != 0;
   if (e < 0) return;  // a row past offsets[E]: nothing to do, nothing issued
   if (spread && row >= R) return;  // the last expert's row: spread over the other rows' CTAs
   const bool last = e == prm.experts - 1;
@@ -277,18 +282,18 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
     __syncthreads();  // the f16 token written; red[] free again
 
     // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32. The spread form:
-    // warp w < 4 also takes the pair's column w / 2, its gate (w even) or up row, for the same block (one
-    // warp on each scheduler, so each carries an eighth more).
+    // in chunk c, warps 4(c mod 4) .. + 3 also take the pair's column (w mod 4) / 2, its gate (w even) or up
+    // row, for the same block: one warp on each scheduler, and each warp every fourth chunk, so that no warp
+    // carries half as much again as the others.
     const uint32_t chunk_s = smem_addr(chunks), spread_s = smem_addr(spread1);
-    const bool pair_warp = spread && warp < 4;
-    const uint32_t pair_unit = 32 * (warp >> 1) + lane, pair_half = warp & 1;
+    const uint32_t pair_unit = 32 * ((warp & 3) >> 1) + lane, pair_half = warp & 1;
     float accg = 0.f, accu = 0.f, accp = 0.f;
     for (int c = 0; c < n1; ++c) {
       mbar_wait(&bars[c], 0);
       const float2 gu = cc_fc1_unit(chunk_s + c * kCcChunkBytes, 32 * warp + lane, xh_s, H, 32 * c + lane);
       accg += gu.x;
       accu += gu.y;
-      if (pair_warp) {
+      if (spread && (warp >> 2) == (c & 3)) {
         const uint32_t base = spread_s + c * kCcSpread1Bytes;
         accp += cc_fc1_row(base + 16 * pair_unit + 8 * pair_half, base + 1024 + 2 * pair_unit + pair_half,
                            cc_token_block(xh_s, H, 32 * c + lane));
@@ -299,13 +304,14 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
       accg += __shfl_xor_sync(0xFFFFFFFFu, accg, o);
       accu += __shfl_xor_sync(0xFFFFFFFFu, accu, o);
     }
-    // Warp w's SwiGLU column (cc_swiglu_bf16): to h and to red[32 + w]; the pair's sums to red[16 + w].
+    // Warp w's SwiGLU column (cc_swiglu_bf16): to h and to red[32 + w]; its share of the pair's sums to
+    // red[16 + w] (the four warps of a row's share added in warp order after the barrier).
     if (lane == 0) {
       const uint16_t rounded = cc_swiglu_bf16(accg, accu, ex, sg, su);
       prm.h[static_cast<int64_t>(row) * I + kCcCols * p + warp] = rounded;
       red[32 + warp] = bf16_bits_to_f32(rounded);
     }
-    if (pair_warp) {
+    if (spread) {
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) accp += __shfl_xor_sync(0xFFFFFFFFu, accp, o);
       if (lane == 0) red[16 + warp] = accp;
@@ -316,7 +322,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   }
 
   if constexpr (kFc2) {
-    __syncthreads();  // the 16 SwiGLU values in red[32..47] (the spread form: the pair's sums in red[16..19])
+    __syncthreads();  // the 16 SwiGLU values in red[32..47] (the spread form: the pair's sums in red[16..31])
     uint32_t hv[8];
     const int eh = cc_row_to_f16x2(red + 32, hv);
     const float unscale2 = e4m3_pow2(14 - eh) * s2e;
@@ -324,8 +330,11 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
     uint32_t hp = 0u;
     float unscale2p = 0.f;
     if (spread) {
-      const uint16_t v0 = cc_swiglu_bf16(red[16], red[17], ex, sg_l, su_l);
-      const uint16_t v1 = cc_swiglu_bf16(red[18], red[19], ex, sg_l, su_l);
+      float pr[4];  // column 0 gate, up, column 1 gate, up: warps i, i + 4, i + 8, i + 12
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pr[i] = ((red[16 + i] + red[20 + i]) + red[24 + i]) + red[28 + i];
+      const uint16_t v0 = cc_swiglu_bf16(pr[0], pr[1], ex, sg_l, su_l);
+      const uint16_t v1 = cc_swiglu_bf16(pr[2], pr[3], ex, sg_l, su_l);
       if (tid == 0) {
         prm.h[static_cast<int64_t>(R) * I + 2 * q] = v0;
         prm.h[static_cast<int64_t>(R) * I + 2 * q + 1] = v1;
@@ -404,6 +413,9 @@ CcKernel cc_kernel(int mode) {
   switch (mode) {
     case kCcFc1: return &sm90_cc_resident_kernel<kCcFc1>;
     case kCcFc2: return &sm90_cc_resident_kernel<kCcFc2>;
+    case kCcChain | kCcSpread: return &sm90_cc_resident_kernel<kCcChain | kCcSpread>;
+    case kCcChain | kCcRoute: return &sm90_cc_resident_kernel<kCcChain | kCcRoute>;
+    case kCcChain | kCcSpread | kCcRoute: return &sm90_cc_resident_kernel<kCcChain | kCcSpread | kCcRoute>;
     default: return &sm90_cc_resident_kernel<kCcChain>;
   }
 }
@@ -449,12 +461,12 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     // what the device allows beside the kernels' static shared memory, once, and run() refuses a problem
     // past it.
     int limit = optin;
-    for (int mode : {kCcFc1, kCcFc2, kCcChain}) {
+    for (int mode : kCcModes) {
       cudaFuncAttributes attr{};
       if (s) s = cuda_status(cudaFuncGetAttributes(&attr, cc_kernel(mode)), "cudaFuncGetAttributes", desc_.name);
       if (s) limit = std::min(limit, optin - static_cast<int>(attr.sharedSizeBytes));
     }
-    for (int mode : {kCcFc1, kCcFc2, kCcChain})
+    for (int mode : kCcModes)
       if (s)
         s = cuda_status(cudaFuncSetAttribute(cc_kernel(mode), cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
                         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
@@ -526,7 +538,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
         int64_t(kCcSpreadRows) * prm.parts * 2 == prm.inter && cc_spread_smem_bytes(prm.hidden) <= smem_limit_ &&
         spread_on_)
       prm.spread = kCcSpreadRows;
-    return launch(kCcChain, prm, p1, stream);
+    return launch(kCcChain | (prm.spread > 0 ? kCcSpread : 0) | (prm.route ? kCcRoute : 0), prm, p1, stream);
   }
 
  private:
@@ -695,7 +707,7 @@ Status pack_cc_device(const GemmProblem& p, const void* canonical, void* dst, St
 Status cc_kernel_resources(cudaFuncAttributes* out) {
   cudaFuncAttributes a{};
   *out = cudaFuncAttributes{};
-  for (int mode : {kCcFc1, kCcFc2, kCcChain}) {
+  for (int mode : kCcModes) {
     const Status st = cuda_status(cudaFuncGetAttributes(&a, cc_kernel(mode)), "cudaFuncGetAttributes", "sm90 cc");
     if (!st) return st;
     if (mode == kCcFc1) *out = a;
