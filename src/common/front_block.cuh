@@ -69,6 +69,25 @@ struct FrontScratch {
   float* staged = nullptr;
 };
 
+// The scratch laid out in `area`: shared memory of a caller that no copy fills before the routing ends (the
+// chained sm90 launches' first stage or chunk bytes): id, w and loc (kFrontMaxPairs each) and the warp sums
+// (at most 32) in its first 1,024 bytes, the caller's RouteFront copy at kFrontAreaRouteFront, then the
+// two-level routing's candidates and staged scores, up to kFrontAreaEnd; src and off are the caller's.
+constexpr int kFrontAreaRouteFront = 1024;
+constexpr int kFrontAreaCand = 2048;
+constexpr int kFrontAreaStaged = kFrontAreaCand + 12 * kFrontMaxCands;
+constexpr int kFrontAreaEnd = kFrontAreaStaged + 4 * kFrontMaxStaged;
+static_assert((3 * kFrontMaxPairs + 32) * 4 <= kFrontAreaRouteFront, "id, w, loc and the warp sums");
+static_assert(kFrontAreaRouteFront + int(sizeof(RouteFront)) <= kFrontAreaCand, "the RouteFront copy");
+__device__ inline FrontScratch front_scratch_in(uint8_t* area, int32_t* src, int32_t* off) {
+  int32_t* scratch = reinterpret_cast<int32_t*>(area);
+  int32_t* cand = reinterpret_cast<int32_t*>(area + kFrontAreaCand);
+  return FrontScratch{scratch, reinterpret_cast<float*>(scratch + kFrontMaxPairs), scratch + 2 * kFrontMaxPairs,
+                      src, off, scratch + 3 * kFrontMaxPairs, reinterpret_cast<uint32_t*>(cand),
+                      cand + kFrontMaxCands, reinterpret_cast<float*>(cand + 2 * kFrontMaxCands),
+                      reinterpret_cast<float*>(area + kFrontAreaStaged)};
+}
+
 // Whether route_two_level takes the batch: sigmoid scores with every group kept (topk_group >= n_group),
 // each token's slices x topk candidates within kFrontCandsPerToken, all tokens' within the scratch, and at
 // most one (token, slice) task per warp. With more, a warp's picks for several slices in a row cost more than

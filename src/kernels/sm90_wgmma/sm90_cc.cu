@@ -46,6 +46,7 @@
 #include "fp4moe/dtype.h"
 #include "kernels/families.h"
 #include "kernels/sm90_wgmma/sm90_cc.h"
+#include "kernels/sm90_wgmma/sm90_chain_routing.cuh"
 #include "kernels/sm90_wgmma/sm90_cc_layout.h"
 #include "kernels/sm90_wgmma/sm90_cc_math.cuh"
 #include "kernels/sm90_wgmma/sm90_e4m3.h"
@@ -117,30 +118,19 @@ __device__ __forceinline__ int cc_find_expert(const int32_t* __restrict__ off, i
 // The chained launch's own routing (CcParams::route): every CTA routes and groups the batch in the chunk area
 // of its shared memory (common/front_block.cuh; no copy is issued before the kernel's next barrier), block 0
 // also storing ids, weights, offsets, gather and pair_pos; then row's expert and token and the spread form's
-// condition (as the lookup below finds them) into out[0..2]. The scratch's offsets in the area:
-constexpr int kCcRouteFrontOffset = 1024;                                  // past id, w, loc and warp sums
-constexpr int kCcRouteCandOffset = 2048;                                   // the two-level routing's candidates
-constexpr int kCcRouteStagedOffset = kCcRouteCandOffset + 12 * kFrontMaxCands;  // ... and staged scores
-constexpr int kCcRouteOffOffset = kCcRouteStagedOffset + 4 * kFrontMaxStaged;   // the row offsets
+// condition (as the lookup below finds them) into out[0..2]. The scratch (front_scratch_in), then:
+constexpr int kCcRouteOffOffset = kFrontAreaEnd;                                    // the row offsets
 constexpr int kCcRouteSrcOffset = kCcRouteOffOffset + 4 * (kFrontMaxExperts + 2);  // each row's token
 constexpr int kCcRouteEnd = kCcRouteSrcOffset + 4 * kFrontMaxRows;
-static_assert((3 * kFrontMaxPairs + kCcThreads / 32) * 4 <= kCcRouteFrontOffset &&
-                  kCcRouteFrontOffset + int(sizeof(RouteFront)) <= kCcRouteCandOffset &&
-                  kCcRouteEnd <= 3 * kCcChunkBytes,
+static_assert(kCcRouteEnd <= 3 * kCcChunkBytes,
               "the routing's scratch fits the chained launch's chunk area (3 chunks at hidden 1024)");
 // Not inlined: the routing's code (both rules) would sit in front of the kernel's own (sm90 step 31's
 // lesson for the wgmma chain). `f` is the kernel's RouteFront copied into shared memory.
 __device__ __noinline__ void cc_route_prologue(const RouteFront& f, uint8_t* area, int experts, int row, int R,
                                                int* out) {
-  int32_t* scratch = reinterpret_cast<int32_t*>(area);
-  int32_t* cand = reinterpret_cast<int32_t*>(area + kCcRouteCandOffset);
   int32_t* s_off = reinterpret_cast<int32_t*>(area + kCcRouteOffOffset);
   int32_t* s_src = reinterpret_cast<int32_t*>(area + kCcRouteSrcOffset);
-  const FrontScratch fs{scratch, reinterpret_cast<float*>(scratch + kFrontMaxPairs), scratch + 2 * kFrontMaxPairs,
-                        s_src, s_off, scratch + 3 * kFrontMaxPairs,
-                        reinterpret_cast<uint32_t*>(cand), cand + kFrontMaxCands,
-                        reinterpret_cast<float*>(cand + 2 * kFrontMaxCands),
-                        reinterpret_cast<float*>(area + kCcRouteStagedOffset)};
+  const FrontScratch fs = front_scratch_in(area, s_src, s_off);
   if (f.sigmoid)
     front_route_permute<true, 8>(f, fs, blockIdx.x == 0);
   else
@@ -185,7 +175,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
 
   pdl_wait();  // the offsets (or logits), the rows and the workspace come from earlier kernels of the stream
   if (kRoute) {
-    RouteFront* s_front = reinterpret_cast<RouteFront*>(chunks + kCcRouteFrontOffset);
+    RouteFront* s_front = reinterpret_cast<RouteFront*>(chunks + kFrontAreaRouteFront);
     if (tid == 0) *s_front = prm.front;  // constant-bank loads here, shared-memory loads in the call
     __syncthreads();
     cc_route_prologue(*s_front, chunks, prm.experts, row, R, red_i);
@@ -561,38 +551,8 @@ class Sm90CcTactic final : public GroupedGemmTactic {
   // and the routing's limits, then the front end's parameters; FC1 reads its rows from `a` through the CTA's
   // own grouping.
   Status bind_routing(const GroupedGemmArgs& a1, CcParams* prm) const {
-    const DecodeRouting& r = *a1.routing;
-    const GemmProblem& p = a1.problem;
-    auto bad = [&](const std::string& what) {
-      return Status(StatusCode::kInvalidArgument, fmt::format("{}: routing inside the launch: {}", desc_.name, what));
-    };
-    if (!r.config || !r.logits || !r.ids || !r.weights || !r.offsets || !r.gather || !r.pair_pos)
-      return bad("config, logits and the ids, weights, offsets, gather and pair_pos outputs are all required");
-    const MoeConfig& cfg = *r.config;
-    if (!can_route_in_chain(cfg, r.tokens))
-      return bad(fmt::format("{} tokens of {} are outside its shapes (E <= 256, at most {} pairs, the register "
-                             "routing's group layout)",
-                             r.tokens, cfg.to_string(), kFrontMaxPairs));
-    const int64_t rows = r.tokens * cfg.topk + (r.append_tokens ? r.tokens : 0);
-    if (p.num_experts != cfg.num_experts + (r.append_tokens ? 1 : 0) || p.total_rows < rows)
-      return bad(fmt::format("FC1 {} does not hold {} tokens x top-{} over {} experts{}", p.to_string(), r.tokens,
-                             cfg.topk, cfg.num_experts, r.append_tokens ? " plus the appended rows" : ""));
-    if (a1.a_row_index != nullptr || a1.expert_offsets != r.offsets)
-      return bad("FC1 must read the token rows directly (a_row_index null) and take routing->offsets as its "
-                 "expert_offsets");
-    RouteFront& f = prm->front;
-    f.logits = r.logits;
-    f.rp = route_detail::route_params(cfg);
-    f.sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped ? 1 : 0;
-    f.bias = f.sigmoid ? r.bias : nullptr;
-    f.tokens = static_cast<int>(r.tokens);
-    f.pexperts = static_cast<int>(cfg.num_experts);
-    f.append = r.append_tokens ? 1 : 0;
-    f.ids = r.ids;
-    f.weights = r.weights;
-    f.offsets = r.offsets;
-    f.gather = r.gather;
-    f.pair_pos = r.pair_pos;
+    const Status st = fill_chain_routing(*this, a1, &prm->front);
+    if (!st) return st;
     prm->route = 1;
     return Status::ok();
   }

@@ -17,6 +17,7 @@
 
 #include "common/env.h"
 #include "kernels/families.h"
+#include "kernels/sm90_wgmma/sm90_chain_routing.cuh"
 #include "kernels/sm90_wgmma/sm90_family.h"
 #include "kernels/sm90_wgmma/sm90_names.h"
 #include "kernels/sm90_wgmma/sm90_nvfp4w4a16_grouped.cuh"
@@ -270,38 +271,10 @@ class Sm90Tactic final : public GroupedGemmTactic {
   // and the prologue's limits, then the front end's parameters; FC1 reads its rows from a through the
   // CTA's own grouping.
   Status bind_routing(const GroupedGemmArgs& a1, LaunchParams* prm) const {
+    const Status st = fill_chain_routing(*this, a1, &prm->front);
+    if (!st) return st;
     const DecodeRouting& r = *a1.routing;
-    const GemmProblem& p = a1.problem;
-    auto bad = [&](const std::string& what) {
-      return Status(StatusCode::kInvalidArgument, fmt::format("{}: routing inside the launch: {}", desc_.name, what));
-    };
-    if (!r.config || !r.logits || !r.ids || !r.weights || !r.offsets || !r.gather || !r.pair_pos)
-      return bad("config, logits and the ids, weights, offsets, gather and pair_pos outputs are all required");
     const MoeConfig& cfg = *r.config;
-    if (!can_route_in_chain(cfg, r.tokens))
-      return bad(fmt::format("{} tokens of {} are outside its shapes (E <= 256, at most {} pairs, the register "
-                             "routing's group layout)",
-                             r.tokens, cfg.to_string(), kFrontMaxPairs));
-    const int64_t rows = r.tokens * cfg.topk + (r.append_tokens ? r.tokens : 0);
-    if (p.num_experts != cfg.num_experts + (r.append_tokens ? 1 : 0) || p.total_rows < rows)
-      return bad(fmt::format("FC1 {} does not hold {} tokens x top-{} over {} experts{}", p.to_string(), r.tokens,
-                             cfg.topk, cfg.num_experts, r.append_tokens ? " plus the appended rows" : ""));
-    if (a1.a_row_index != nullptr || a1.expert_offsets != r.offsets)
-      return bad("FC1 must read the token rows directly (a_row_index null) and take routing->offsets as its "
-                 "expert_offsets");
-    RouteFront& f = prm->front;
-    f.logits = r.logits;
-    f.rp = route_detail::route_params(cfg);
-    f.sigmoid = cfg.routing == RoutingKind::kSigmoidGrouped ? 1 : 0;
-    f.bias = f.sigmoid ? r.bias : nullptr;
-    f.tokens = static_cast<int>(r.tokens);
-    f.pexperts = static_cast<int>(cfg.num_experts);
-    f.append = r.append_tokens ? 1 : 0;
-    f.ids = r.ids;
-    f.weights = r.weights;
-    f.offsets = r.offsets;
-    f.gather = r.gather;
-    f.pair_pos = r.pair_pos;
     prm->route = 1;
     prm->op[0].tok_tma = 0;
     prm->op[0].rows_from_route = 1;

@@ -374,23 +374,12 @@ struct RouteMark {
       FP4MOE_TRACE_PUT(static_cast<int>(LaunchMode::kChain), kTraceRouteMarks + step, FP4MOE_TRACE_NOW());
   }
 };
-constexpr int kRouteFrontOffset = 1024;  // bytes into the ring, past the routing scratch
-constexpr int kRouteCandOffset = 2048;
-constexpr int kRouteStagedOffset = kRouteCandOffset + 12 * kFrontMaxCands;
-constexpr int kRouteScratchEnd = kRouteStagedOffset + 4 * kFrontMaxStaged;
+constexpr int kRouteFrontOffset = kFrontAreaRouteFront;  // bytes into the ring, past the routing scratch
 template <class Cfg>
 __device__ __noinline__ void route_prologue(const RouteFront& f, uint8_t* smem, int32_t* s_rows_routed,
                                            int32_t* s_offsets) {
-  int32_t* scratch = reinterpret_cast<int32_t*>(smem);
-  static_assert((3 * kFrontMaxPairs + 32) * 4 <= kRouteFrontOffset, "the routing scratch ends before the RouteFront copy");
-  static_assert(kRouteFrontOffset + int(sizeof(RouteFront)) <= kRouteCandOffset, "the RouteFront copy ends before the candidates");
-  static_assert(Cfg::kStages * Cfg::kStageBytes >= kRouteScratchEnd, "the routing's shared memory fits the ring");
-  int32_t* cand = reinterpret_cast<int32_t*>(smem + kRouteCandOffset);
-  const FrontScratch fs{scratch, reinterpret_cast<float*>(scratch + kFrontMaxPairs), scratch + 2 * kFrontMaxPairs,
-                        s_rows_routed, s_offsets, scratch + 3 * kFrontMaxPairs,
-                        reinterpret_cast<uint32_t*>(cand), cand + kFrontMaxCands,
-                        reinterpret_cast<float*>(cand + 2 * kFrontMaxCands),
-                        reinterpret_cast<float*>(smem + kRouteStagedOffset)};
+  static_assert(Cfg::kStages * Cfg::kStageBytes >= kFrontAreaEnd, "the routing's shared memory fits the ring");
+  const FrontScratch fs = front_scratch_in(smem, s_rows_routed, s_offsets);
   const RouteMark mark;
   if (f.sigmoid)
     front_route_permute<true, 8>(f, fs, blockIdx.x == 0, mark);
