@@ -359,7 +359,7 @@ class CudaMoeEngine final : public MoeEngine {
       const cudaError_t err = cudaStreamWaitEvent(stream, join_, 0);
       if (st.is_ok() && err != cudaSuccess) {
         // No finalize: what the routed launch left in the tactics' workspace is zeroed here instead.
-        if (reset > 0 || rows32) (void)cudaMemsetAsync(ptrs_.tactic, 0, plan_.tactic_shared - plan_.tactic, stream);
+        if (reset > 0 || rows32) zero_tactic_workspace(stream);
         return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
       }
     }
@@ -380,6 +380,11 @@ class CudaMoeEngine final : public MoeEngine {
   // The combine into `out`, which also zeroes the first `reset` bytes of the tactics' workspace where the
   // routed launch left them (GroupedGemmArgs::caller_resets). Should the launch fail, they are zeroed by a
   // memset instead, so that the next forward does not start on this one's counters.
+  // The routed tactics' workspace zeroed where no finalize will (a failed launch after the routed GEMMs).
+  void zero_tactic_workspace(cudaStream_t stream) {
+    (void)cudaMemsetAsync(ptrs_.tactic, 0, plan_.tactic_shared - plan_.tactic, stream);
+  }
+
   // rows32 (and rows32_shared, the folded shared expert's): FC2's rows as fp32 sums in the tactics' workspace,
   // which finalize reads instead of y and zeroes; should the launch fail, the workspace is zeroed by a memset.
   Status finalize(const uint16_t* y_shared, int64_t T, uint16_t* out, cudaStream_t stream, size_t reset,
@@ -388,7 +393,7 @@ class CudaMoeEngine final : public MoeEngine {
         launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, cfg_.topk,
                                 cfg_.hidden, out, stream, reset ? ptrs_.tactic : nullptr, reset, rows32, rows32_shared);
     if (!st.is_ok() && reset > 0) (void)cudaMemsetAsync(ptrs_.tactic, 0, reset, stream);
-    if (!st.is_ok() && rows32) (void)cudaMemsetAsync(ptrs_.tactic, 0, plan_.tactic_shared - plan_.tactic, stream);
+    if (!st.is_ok() && rows32) zero_tactic_workspace(stream);
     return st;
   }
 
