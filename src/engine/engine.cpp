@@ -377,23 +377,28 @@ class CudaMoeEngine final : public MoeEngine {
     return finalize(y_shared, T, out, stream, reset, rows32);
   }
 
-  // The combine into `out`, which also zeroes the first `reset` bytes of the tactics' workspace where the
-  // routed launch left them (GroupedGemmArgs::caller_resets). Should the launch fail, they are zeroed by a
-  // memset instead, so that the next forward does not start on this one's counters.
   // The routed tactics' workspace zeroed where no finalize will (a failed launch after the routed GEMMs).
   void zero_tactic_workspace(cudaStream_t stream) {
     (void)cudaMemsetAsync(ptrs_.tactic, 0, plan_.tactic_shared - plan_.tactic, stream);
   }
 
-  // rows32 (and rows32_shared, the folded shared expert's): FC2's rows as fp32 sums in the tactics' workspace,
-  // which finalize reads instead of y and zeroes; should the launch fail, the workspace is zeroed by a memset.
+  // The combine into `out`, which also zeroes the first `reset` bytes of the tactics' workspace where the
+  // routed launch left them (GroupedGemmArgs::caller_resets), and, given rows32 (and rows32_shared, the
+  // folded shared expert's: FC2's rows as fp32 sums in the tactics' workspace), reads those instead of y and
+  // zeroes them. Should the launch fail, a memset zeroes what it would have (all of the routed tactics'
+  // workspace where fp32 rows are in it, else the first `reset` bytes), so that the next forward does not
+  // start on this one's counters and sums.
   Status finalize(const uint16_t* y_shared, int64_t T, uint16_t* out, cudaStream_t stream, size_t reset,
                   float* rows32 = nullptr, float* rows32_shared = nullptr) {
     const Status st =
         launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, cfg_.topk,
                                 cfg_.hidden, out, stream, reset ? ptrs_.tactic : nullptr, reset, rows32, rows32_shared);
-    if (!st.is_ok() && reset > 0) (void)cudaMemsetAsync(ptrs_.tactic, 0, reset, stream);
-    if (!st.is_ok() && rows32) zero_tactic_workspace(stream);
+    if (!st.is_ok()) {
+      if (rows32)
+        zero_tactic_workspace(stream);
+      else if (reset > 0)
+        (void)cudaMemsetAsync(ptrs_.tactic, 0, reset, stream);
+    }
     return st;
   }
 

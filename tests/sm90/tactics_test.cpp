@@ -525,6 +525,41 @@ TEST_F(Sm90Tactics, RefusesHalfAFoldedLastExpert) {
   }
 }
 
+// FC2's fp32 rows left to the caller (GroupedGemmArgs::fp32_rows_to_caller) are the resident tactic's: the
+// wgmma tactics declare no place for them (fp32_rows_offset() < 0) and refuse the flag, alone and chained,
+// naming it, rather than leave bf16 rows where the caller would read fp32 sums.
+TEST_F(Sm90Tactics, RefusesFp32RowsToCaller) {
+  for (auto& t : tactics()) {
+    SCOPED_TRACE(t->desc().name);
+    const GemmProblem p1{GemmOp::kFc1SwiGlu, 4, 128, 256, 16, 16};
+    const GemmProblem p2{GemmOp::kFc2, 4, 256, 128, 16, 16};
+    EXPECT_LT(t->fp32_rows_offset(p1), 0);
+    ASSERT_TRUE(t->init(p1).is_ok());
+    DeviceBuffer buf(1 << 16), ws(t->workspace_bytes(p1));
+    GroupedGemmArgs a1, a2;
+    a1.problem = p1;
+    a1.expert_offsets = static_cast<const int32_t*>(buf.get());
+    a1.a = static_cast<const uint16_t*>(buf.get());
+    a1.a_ld = 256;
+    a1.weights = buf.get();
+    a1.tensor_scales = static_cast<const float*>(buf.get());
+    a1.out = static_cast<uint16_t*>(buf.get());
+    a1.workspace = ws.get();
+    a1.fp32_rows_to_caller = true;
+    a2 = a1;
+    a2.problem = p2;
+    a2.a = a1.out;
+    a2.a_ld = 128;
+    a2.fp32_rows_to_caller = false;
+    std::vector<Status> refusals = {t->run(a1, nullptr)};
+    if (t->can_chain()) refusals.push_back(t->run_chained(a1, a2, nullptr));
+    for (const Status& st : refusals) {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+      EXPECT_NE(st.message().find("fp32_rows_to_caller"), std::string::npos) << st.to_string();
+    }
+  }
+}
+
 TEST_F(Sm90Tactics, RefusesRoutingOutsideItsShapes) {
   // Routing inside the launch (GroupedGemmArgs::routing): only FC1 of a chained launch, for the shapes
   // the prologue carries, with FC1 reading the token rows directly; each refusal names what is wrong.

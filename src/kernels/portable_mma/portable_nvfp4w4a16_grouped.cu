@@ -36,6 +36,9 @@ Status make_params(const std::string& who, const GroupedGemmArgs& args, bool bf1
     return bad("the last expert's weights from their own buffer (last_expert_weights) are an sm90-family feature");
   if (args.routing)
     return bad("routing inside the launch (GroupedGemmArgs::routing) is a feature of the sm90 family's chained launch");
+  if (args.fp32_rows_to_caller)
+    return bad("FC2's fp32 rows left to the caller (GroupedGemmArgs::fp32_rows_to_caller) are a feature of the sm90 "
+               "resident tactic's chained launch");
   *empty = pr.total_rows == 0;
   if (*empty) return Status::ok();
   if (!args.expert_offsets) return bad("expert_offsets is null");

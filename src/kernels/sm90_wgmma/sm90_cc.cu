@@ -29,9 +29,9 @@
 // The chained launch's spread form (docs/perf.md sm90 step 70), for one token with its shared expert folded
 // in as the last expert (GLM-5's TP8 shard at T = 1: 8 routed rows and the shared expert's, 144 CTAs of which
 // 12 made a second wave): the last expert's row has no CTAs of its own; CTA (r, p) of the 8 routed rows also
-// computes its column pair q = 16r + p (SwiGLU columns 2q, 2q + 1: warps 0-3 take its gate and up rows
-// beside their own in FC1, every thread its plane's four rows beside its own in FC2), so 128 CTAs hold both
-// experts in one wave, with 26,112 more bytes of shared memory each at hidden 6144.
+// computes its column pair q = parts r + p (SwiGLU columns 2q, 2q + 1: in FC1 chunk c, warps 4 (c mod 4) .. + 3
+// take its gate and up rows beside their own, and in FC2 every thread its plane's four rows beside its own),
+// so 128 CTAs hold both experts in one wave, with 26,112 more bytes of shared memory each at hidden 6144.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -143,7 +143,7 @@ __device__ __noinline__ void cc_route_prologue(const RouteFront& f, uint8_t* are
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) below += __shfl_xor_sync(0xFFFFFFFFu, below, o);
     const bool bounds = s_off[experts - 1] == R && s_off[experts] == R + 1;
-    const bool same = lane > R || s_src[lane] == s_src[0];
+    const bool same = lane > R || !bounds || s_src[lane] == s_src[0];  // rows 0 .. R exist where bounds holds
     const bool ok = __all_sync(0xFFFFFFFFu, same) && bounds && R > 0;
     if (lane == 0) {
       out[0] = below < experts ? below : -1;
@@ -520,13 +520,14 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     prm.w2_last = prm2.w2_last;
     prm.s2_last = prm2.s2_last;
     // The spread form (the kernel's "spread"): kCcSpreadRows routed rows and the folded last expert's one
-    // row, all through an index or the launch's own routing, where kCcSpreadRows x parts CTAs hold the last expert's inter / 2 column
-    // pairs and its larger shared memory fits. The kernel takes it only where the offsets and the index
-    // agree (every row the same token, the last expert's row alone and last); else each row has its CTAs.
+    // row, all through an index or the launch's own routing, where its larger shared memory fits. The
+    // routed rows' kCcSpreadRows x parts CTAs (parts = inter / 16) are as many as the last expert's inter / 2
+    // column pairs, since it has the others' inter. The kernel takes the form only where the offsets and
+    // the index agree (every row the same token, the last expert's row alone and last); else each row has
+    // its CTAs.
+    static_assert(kCcSpreadRows * 2 == kCcCols, "8 routed rows of parts CTAs hold the inter / 2 column pairs");
     if (a1.last_expert_weights != nullptr && (a1.a_row_index != nullptr || prm.route) &&
-        p1.total_rows == kCcSpreadRows + 1 &&
-        int64_t(kCcSpreadRows) * prm.parts * 2 == prm.inter && cc_spread_smem_bytes(prm.hidden) <= smem_limit_ &&
-        spread_on_)
+        p1.total_rows == kCcSpreadRows + 1 && cc_spread_smem_bytes(prm.hidden) <= smem_limit_ && spread_on_)
       prm.spread = kCcSpreadRows;
     return launch(kCcChain | (prm.spread > 0 ? kCcSpread : 0) | (prm.route ? kCcRoute : 0), prm, p1, stream);
   }

@@ -57,7 +57,7 @@ FP4MOE_HD constexpr int64_t cc_smem_bytes(bool run_fc1, bool run_fc2, int64_t hi
 }
 
 // The chained launch's spread form (sm90_cc.cu): besides its own part, CTA (r, p) of the R = 8 routed rows
-// holds column pair q = 16r + p of the folded last expert's one row (its SwiGLU columns 2q, 2q + 1): per FC1
+// holds column pair q = parts r + p of the folded last expert's one row (its SwiGLU columns 2q, 2q + 1): per FC1
 // chunk that pair's 64 units (1,024 code bytes, then their 128 scale bytes), per FC2 chunk its plane (1,024
 // code bytes, then the chunk's 1,024 row scales).
 constexpr int kCcSpreadRows = 8;             // routed rows: 8 x parts CTAs hold the inter / 2 column pairs

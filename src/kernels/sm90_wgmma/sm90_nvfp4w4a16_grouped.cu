@@ -190,6 +190,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     if (args.routing)
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: routing inside the launch (GroupedGemmArgs::routing) needs run_chained", desc_.name));
+    if (args.fp32_rows_to_caller) return refuse_fp32_rows();
     LaunchParams prm;
     prm.fetch_ahead = fetch_ahead_ ? 1 : 0;
     Status st = fill_op(args, &prm.op[0]);
@@ -220,6 +221,7 @@ class Sm90Tactic final : public GroupedGemmTactic {
     if (!a1.workspace || !aligned16(a1.workspace))
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("{}: a chained launch needs the 16-byte aligned workspace (its tile counters)", desc_.name));
+    if (a1.fp32_rows_to_caller || a2.fp32_rows_to_caller) return refuse_fp32_rows();
     LaunchParams prm;
     prm.fetch_ahead = fetch_ahead_ ? 1 : 0;
     Status st = fill_op(a1, &prm.op[0]);
@@ -236,6 +238,15 @@ class Sm90Tactic final : public GroupedGemmTactic {
   }
 
  private:
+  // FC2's rows stay bf16 in `out` here (fp32_rows_offset() is negative): a caller that asked for fp32 rows
+  // would read a workspace this launch never wrote.
+  Status refuse_fp32_rows() const {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: does not leave FC2's fp32 rows to the caller (GroupedGemmArgs::"
+                              "fp32_rows_to_caller; its fp32_rows_offset() is negative)",
+                              desc_.name));
+  }
+
   using KernelFn = void (*)(LaunchParams);
   static KernelFn kernel_fc1() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc1>; }
   static KernelFn kernel_fc2() { return &sm90_nvfp4w4a16_grouped_kernel<Cfg, LaunchMode::kFc2>; }
