@@ -2,7 +2,8 @@
 # The whole GPU check in one go, on a GPU machine: every gpu-labelled test binary, the sm90 kernels' SASS
 # (check_sass.py), compute-sanitizer memcheck and racecheck on the small cases (the Sanitize.* suite:
 # every tactic on tail shapes, one
-# forward per routing family and shared-expert kind), racecheck of the sm90 tactics test, memcheck and
+# forward per routing family and shared-expert kind, the chain routing itself, the resident tactic's forward
+# in its default forms), racecheck of the sm90 tactics test, memcheck and
 # racecheck of the e4m3 path's test and of the resident tactic's test, then `fp4moe
 # bench` on the GLM-5 layer and the PyTorch peer in the same run, and the same for the layer's TP8 and
 # EP8 shards. Uses the binaries

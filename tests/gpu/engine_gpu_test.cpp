@@ -296,15 +296,36 @@ TEST(Small, OneTokenTileOnlyWhereItsLayoutIsAllowed) {
 // heuristic with FP4MOE_SM90_CC=1 for the one-token bucket only (its CTAs, 4 rows x 64 / 16, fit one wave;
 // the one-token layout allowed by extra_weight_layouts), each forward against the reference. Skipped where
 // it cannot run (no sm_90a device).
+constexpr const char* kResidentTactic = "sm90.w4f16.m32n1k512.cc";
+
+// The resident tactic's layer: variant 0 without a shared expert, 1 with an NVFP4 shared expert (folded in
+// as the chained launch's last expert), 2 that at top-8 (folded and spread over the routed rows' CTAs).
+MoeConfig resident_config(int variant) {
+  MoeConfig c = small_config("resident", 2048, 64, 16, 4);
+  c.routing = RoutingKind::kSigmoidGrouped;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.norm_topk_prob = true;
+  if (variant > 0) {
+    c.n_shared_experts = 1;
+    c.shared_inter = 64;
+  }
+  if (variant == 2) {
+    c.topk = 8;
+    c.topk_group = 4;
+  }
+  return c;
+}
+
+bool resident_tactic_runs_here() {
+  const std::vector<std::string> usable = tactics_for_layer(resident_config(0), 1, false);
+  return std::find(usable.begin(), usable.end(), kResidentTactic) != usable.end();
+}
+
 TEST(Small, ResidentTacticForward) {
-  const std::string cc = "sm90.w4f16.m32n1k512.cc";
-  MoeConfig cfg = small_config("resident", 2048, 64, 16, 4);
-  cfg.routing = RoutingKind::kSigmoidGrouped;
-  cfg.n_group = 4;
-  cfg.topk_group = 2;
-  cfg.norm_topk_prob = true;
-  const std::vector<std::string> usable = tactics_for_layer(cfg, 1, false);
-  if (std::find(usable.begin(), usable.end(), cc) == usable.end()) GTEST_SKIP() << cc << " cannot run on this device";
+  const std::string cc = kResidentTactic;
+  const MoeConfig cfg = resident_config(0);
+  if (!resident_tactic_runs_here()) GTEST_SKIP() << cc << " cannot run on this device";
   const std::pair<const char*, const char*> envs[] = {{"FP4MOE_ROUTE_IN_CHAIN", "1"},
                                                       {"FP4MOE_ROUTE_IN_CHAIN", "0"},
                                                       {"FP4MOE_FOLD_SHARED", "0"},
@@ -314,15 +335,7 @@ TEST(Small, ResidentTacticForward) {
       // 0: no shared expert; 1: a shared expert (folded); 2: top-8 with a shared expert (folded, spread).
       SCOPED_TRACE(::testing::Message() << (variant == 0 ? "no shared expert" : "NVFP4 shared expert")
                                         << (variant == 2 ? ", top-8" : "") << ", " << env << "=" << value);
-      MoeConfig c = cfg;
-      if (variant > 0) {
-        c.n_shared_experts = 1;
-        c.shared_inter = 64;
-      }
-      if (variant == 2) {
-        c.topk = 8;
-        c.topk_group = 4;
-      }
+      const MoeConfig c = resident_config(variant);
       const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
       EngineOptions eo;
       eo.max_tokens = 1;
@@ -432,6 +445,24 @@ TEST(Sanitize, RouteInChain) {
   // The chained launch's own routing under compute-sanitizer (memcheck, racecheck): the heuristic's tactic.
   const MoeConfig cfg = route_in_chain_configs()[0];
   expect_route_in_chain_equal(cfg, "", {1, 64 / cfg.topk});
+}
+
+TEST(Sanitize, ResidentTacticForward) {
+  // The resident tactic's chained launch in its default forms (routing the token itself, the folded shared
+  // expert spread over the routed rows' CTAs, FC2's fp32 rows left to finalize), forced by name in an engine
+  // of one token, against the reference.
+  if (!resident_tactic_runs_here()) GTEST_SKIP() << kResidentTactic << " cannot run on this device";
+  const MoeConfig c = resident_config(2);
+  const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
+  EngineOptions eo;
+  eo.max_tokens = 1;
+  eo.fc1_tactic = eo.fc2_tactic = kResidentTactic;
+  std::unique_ptr<MoeEngine> engine;
+  const Status st = MoeEngine::create(w, eo, &engine);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  const LayerRun r = run_and_compare(*engine, w, 1, 4242, false);
+  EXPECT_LE(r.rel_l2, 1e-2);
+  EXPECT_EQ(r.id_mismatches, 0);
 }
 
 TEST(Sanitize, EngineForward) {
