@@ -152,6 +152,12 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + c8 * 8) = make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+// The build for topk: the batched loads where topk fits 8 or 16, else one pair at a time.
+template <bool kF32>
+auto finalize_kernel_for(int64_t topk) {
+  return topk <= 8 ? finalize_kernel<8, kF32> : (topk <= 16 ? finalize_kernel<16, kF32> : finalize_kernel<0, kF32>);
+}
+
 }  // namespace
 
 Status launch_finalize(const uint16_t* y, const int32_t* pair_pos, const float* weights, const uint16_t* y_shared,
@@ -177,10 +183,7 @@ Status launch_finalize_partial(const uint16_t* y, const int32_t* pair_pos, const
                               "multiple of 16 below 2^35", reset_bytes, fmt::ptr(reset)));
   const int64_t groups = hidden / 8;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((groups + kFinalizeThreads - 1) / kFinalizeThreads));
-  auto kernel = y32 != nullptr
-                    ? (topk <= 8 ? finalize_kernel<8, true> : (topk <= 16 ? finalize_kernel<16, true> : finalize_kernel<0, true>))
-                    : (topk <= 8 ? finalize_kernel<8, false>
-                                 : (topk <= 16 ? finalize_kernel<16, false> : finalize_kernel<0, false>));
+  auto kernel = y32 != nullptr ? finalize_kernel_for<true>(topk) : finalize_kernel_for<false>(topk);
   const cudaError_t err = launch_pdl(kernel, grid, dim3(kFinalizeThreads), 0, stream, y, pair_pos, weights, kept_rows,
                                      y_shared, static_cast<int>(topk), static_cast<int>(hidden), out,
                                      static_cast<uint4*>(reset), static_cast<int>(reset_bytes / 16), y32, y32_shared);
