@@ -359,7 +359,7 @@ class CudaMoeEngine final : public MoeEngine {
       const cudaError_t err = cudaStreamWaitEvent(stream, join_, 0);
       if (st.is_ok() && err != cudaSuccess) {
         // No finalize: what the routed launch left in the tactics' workspace is zeroed here instead.
-        if (reset > 0 || rows32) zero_tactic_workspace(stream);
+        zero_left_by_routed(stream, reset, rows32);
         return cuda_status(err, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
       }
     }
@@ -377,28 +377,24 @@ class CudaMoeEngine final : public MoeEngine {
     return finalize(y_shared, T, out, stream, reset, rows32);
   }
 
-  // The routed tactics' workspace zeroed where no finalize will (a failed launch after the routed GEMMs).
-  void zero_tactic_workspace(cudaStream_t stream) {
-    (void)cudaMemsetAsync(ptrs_.tactic, 0, plan_.tactic_shared - plan_.tactic, stream);
+  // Where no finalize will run (a failed launch after the routed GEMMs), a memset zeroes what it would have:
+  // all of the routed tactics' workspace where FC2's fp32 rows are in it, else the first `reset` bytes.
+  void zero_left_by_routed(cudaStream_t stream, size_t reset, const float* rows32) {
+    const size_t bytes = rows32 ? plan_.tactic_shared - plan_.tactic : reset;
+    if (bytes > 0) (void)cudaMemsetAsync(ptrs_.tactic, 0, bytes, stream);
   }
 
   // The combine into `out`, which also zeroes the first `reset` bytes of the tactics' workspace where the
   // routed launch left them (GroupedGemmArgs::caller_resets), and, given rows32 (and rows32_shared, the
   // folded shared expert's: FC2's rows as fp32 sums in the tactics' workspace), reads those instead of y and
-  // zeroes them. Should the launch fail, a memset zeroes what it would have (all of the routed tactics'
-  // workspace where fp32 rows are in it, else the first `reset` bytes), so that the next forward does not
-  // start on this one's counters and sums.
+  // zeroes them. Should the launch fail, zero_left_by_routed does that instead, so that the next forward
+  // does not start on this one's counters and sums.
   Status finalize(const uint16_t* y_shared, int64_t T, uint16_t* out, cudaStream_t stream, size_t reset,
                   float* rows32 = nullptr, float* rows32_shared = nullptr) {
     const Status st =
         launch_finalize_partial(ptrs_.y, ptrs_.pair_pos, ptrs_.topk_weights, kept_rows(), y_shared, T, cfg_.topk,
                                 cfg_.hidden, out, stream, reset ? ptrs_.tactic : nullptr, reset, rows32, rows32_shared);
-    if (!st.is_ok()) {
-      if (rows32)
-        zero_tactic_workspace(stream);
-      else if (reset > 0)
-        (void)cudaMemsetAsync(ptrs_.tactic, 0, reset, stream);
-    }
+    if (!st.is_ok()) zero_left_by_routed(stream, reset, rows32);
     return st;
   }
 
