@@ -76,7 +76,10 @@ want tests && while read -r kind t args; do
   rc=$?
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     status=1
-    note "test $name: TIMEOUT after ${TEST_TIMEOUT:-300} s (last test started: $(grep '^\[ RUN' "$out/test_$name.log" | tail -n 1))"
+    # The last case started and, where the test prints them (sm90_tactics_test), its last progress line.
+    last_run=$(grep '^\[ RUN' "$out/test_$name.log" | tail -n 1)
+    last_step=$(grep '^\[ progress' "$out/test_$name.log" | tail -n 1)
+    note "test $name: TIMEOUT after ${TEST_TIMEOUT:-300} s (last test started: $last_run${last_step:+; $last_step})"
   elif [ $rc -eq 0 ]; then
     note "test $name: PASS ($(grep -c '^\[       OK \]' "$out/test_$name.log") gtest cases, $((SECONDS - start)) s)"
   elif [ $rc -eq 77 ]; then

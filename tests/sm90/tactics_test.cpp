@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -484,16 +486,31 @@ class Sm90Tactics : public ::testing::Test {
     }();
     return t;
   }
+  void SetUp() override { start_ = std::chrono::steady_clock::now(); }
+  // One line per tactic (and setting) of the long cases, with the seconds since the case began, so that a
+  // run cut off by a timeout names what it was on and a slow case shows where its time went
+  // (scripts/gpu_check.sh prints the last such line of a test that timed out).
+  void progress(const std::string& what) const {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    fmt::print("[ progress ] {:.1f} s: {}\n", s, what);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
 };
 
 TEST_F(Sm90Tactics, EveryTacticMatchesReference) {
   ASSERT_FALSE(tactics().empty());
-  for (auto& t : tactics())
+  for (auto& t : tactics()) {
+    progress(t->desc().name);
     for (const Case& c : cases()) run_case(*t, c);
+  }
 }
 
 TEST_F(Sm90Tactics, ChainedLaunchMatchesTwoLaunchesAndReference) {
   for (auto& t : tactics()) {
+    progress(t->desc().name);
     run_chained_case(*t, 80, 208, {0, 1, 37, 8, 130, 3, 0, 300}, true, 21);
     run_chained_case(*t, 256, 1024, {5, 64, 0, 17, 1}, false, 22);
     run_chained_case(*t, 96, 512, {1, 0, 0, 2, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3}, false, 23);
@@ -502,6 +519,7 @@ TEST_F(Sm90Tactics, ChainedLaunchMatchesTwoLaunchesAndReference) {
 
 TEST_F(Sm90Tactics, FoldedLastExpertMatchesReference) {
   for (auto& t : tactics()) {
+    progress(t->desc().name);
     run_folded_case(*t, 512, 1536, {}, 1, 41);                    // the last expert's FC1 tiles split
     run_folded_case(*t, 512, 1792, {}, 1, 43);                    // split, FC2's stages not dividing FC1's
     run_folded_case(*t, 96, 512, {3, 0, 1, 17, 0, 2}, 9, 42);     // two token tiles, no split
@@ -648,6 +666,7 @@ class ScopedSplitK : public ScopedEnv {
 TEST_F(Sm90Tactics, ChainedLaunchWaitingPerItemMatches) {
   ScopedEnv env("FP4MOE_SM90_STAGE_WAIT", "0");
   for (auto& t : tactics()) {
+    progress(t->desc().name);
     run_chained_case(*t, 256, 1024, {5, 64, 0, 17, 1}, false, 41);
     run_chained_case(*t, 80, 208, {0, 1, 37, 8, 130, 3, 0, 300}, true, 42);
     run_folded_case(*t, 512, 1536, {}, 1, 44);
@@ -664,6 +683,7 @@ TEST_F(Sm90Tactics, SplitReductionMatchesReference) {
     ScopedSplitK env(mode);
     for (auto& t : tactics()) {
       SCOPED_TRACE(fmt::format("FP4MOE_SM90_SPLIT_K={} {}", mode, t->desc().name));
+      progress(fmt::format("FP4MOE_SM90_SPLIT_K={} {}", mode, t->desc().name));
       int64_t touched = 0;
       for (const Case& c : cases()) run_case(*t, c, &touched);
       if (sm90::split_capable(t->desc().tile_n))
@@ -675,6 +695,7 @@ TEST_F(Sm90Tactics, SplitReductionMatchesReference) {
     }
   }
   ScopedSplitK off("off");
+  progress("FP4MOE_SM90_SPLIT_K=off, every tactic");
   for (auto& t : tactics()) {
     int64_t touched = 0;
     run_case(*t, cases()[2], &touched);
@@ -703,6 +724,7 @@ TEST_F(Sm90Tactics, ChainedLaunchThrottleDepthsMatch) {
     for (auto& t : tactics()) {
       if (t->desc().name.find("e4m3") == std::string::npos) continue;
       SCOPED_TRACE(fmt::format("FP4MOE_SM90_FC2_THROTTLE={} {}", depth, t->desc().name));
+      progress(fmt::format("FP4MOE_SM90_FC2_THROTTLE={} {}", depth, t->desc().name));
       // FC2's K = I: 4, 3 and 2 k256 stages, so depth 1 waits at every stage after the first.
       run_chained_case(*t, 1024, 512, {5, 3, 0, 2, 1}, false, 51);
       run_chained_case(*t, 768, 256, {0, 1, 7, 3}, true, 52);
