@@ -682,8 +682,9 @@ TEST_F(Sm90Tactics, SplitReductionMatchesReference) {
   for (const char* mode : {"2", "4", "8"}) {
     ScopedSplitK env(mode);
     for (auto& t : tactics()) {
-      SCOPED_TRACE(fmt::format("FP4MOE_SM90_SPLIT_K={} {}", mode, t->desc().name));
-      progress(fmt::format("FP4MOE_SM90_SPLIT_K={} {}", mode, t->desc().name));
+      const std::string what = fmt::format("FP4MOE_SM90_SPLIT_K={} {}", mode, t->desc().name);
+      SCOPED_TRACE(what);
+      progress(what);
       int64_t touched = 0;
       for (const Case& c : cases()) run_case(*t, c, &touched);
       if (sm90::split_capable(t->desc().tile_n))
@@ -723,8 +724,9 @@ TEST_F(Sm90Tactics, ChainedLaunchThrottleDepthsMatch) {
     ScopedEnv env("FP4MOE_SM90_FC2_THROTTLE", depth);
     for (auto& t : tactics()) {
       if (t->desc().name.find("e4m3") == std::string::npos) continue;
-      SCOPED_TRACE(fmt::format("FP4MOE_SM90_FC2_THROTTLE={} {}", depth, t->desc().name));
-      progress(fmt::format("FP4MOE_SM90_FC2_THROTTLE={} {}", depth, t->desc().name));
+      const std::string what = fmt::format("FP4MOE_SM90_FC2_THROTTLE={} {}", depth, t->desc().name);
+      SCOPED_TRACE(what);
+      progress(what);
       // FC2's K = I: 4, 3 and 2 k256 stages, so depth 1 waits at every stage after the first.
       run_chained_case(*t, 1024, 512, {5, 3, 0, 2, 1}, false, 51);
       run_chained_case(*t, 768, 256, {0, 1, 7, 3}, true, 52);
