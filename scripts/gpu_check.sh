@@ -201,10 +201,11 @@ done
 #    bench_sm90 --tp8 (every sm90 tactic per T, pair and chain, against the read ceiling of the same run;
 #    SM90_TOKENS, default 1,8,32,128); bench_sm90 --resident-cc (step 66's probe and its variants, each checked
 #    against the CPU reference, then timed cold); then the TP8 shard's forward at T = 1 without the resident
-#    tactic and with it (FP4MOE_SM90_CC=1: the chain routes the token, spreads the folded shared expert over
-#    its 128 CTAs and leaves FC2's fp32 rows to finalize), each of those three turned off in turn, and the
-#    shared expert on the side stream (FP4MOE_FOLD_SHARED=0), all with --extra-layouts (docs/perf.md, sm90
-#    steps 67-70).
+#    tactic (FP4MOE_SM90_CC=0: the wgmma chain) and with it (the defaults: the fused front end before its
+#    chained launch, the folded shared expert spread over its 128 CTAs, FC2's fp32 rows left to finalize), then
+#    the launch routing the token itself (FP4MOE_ROUTE_IN_CHAIN=1), each of the other two forms turned off in
+#    turn, and the shared expert on the side stream (FP4MOE_FOLD_SHARED=0), all with --extra-layouts
+#    (docs/perf.md, sm90 steps 67-71).
 if want sm90; then
   if [ -x "$stage/bin/bench_sm90" ]; then
     timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/bench_sm90" --tp8 --tokens "${SM90_TOKENS:-1,8,32,128}" \
@@ -230,21 +231,21 @@ if want sm90; then
     status=1
     note "bench_sm90: not staged (scripts/gpu_build.sh stages it)"
   fi
-  # The TP8 forward at T = 1 by (FP4MOE_SM90_CC, FP4MOE_SM90_CC_SPREAD, FP4MOE_CHAIN_FP32_ROWS,
-  # FP4MOE_ROUTE_IN_CHAIN, FP4MOE_FOLD_SHARED): the wgmma chain first and last, the resident tactic with each
-  # of its three forward changes turned off in turn between them, and with the shared expert on the side stream.
-  for v in "0 1 1 1 1" "1 1 1 1 1" "1 1 1 0 1" "1 1 0 1 1" "1 0 1 1 1" "1 1 1 1 0" "0 1 1 1 1"; do
-    read -r cc spread rows route fold <<<"$v"
-    d="$out/bench_tp8_cc${cc}_spread${spread}_rows${rows}_route${route}_fold$fold"
+  # The TP8 forward at T = 1: the wgmma chain first and last, the defaults (the resident tactic) and each
+  # variant of it between them.
+  for v in FP4MOE_SM90_CC=0 defaults FP4MOE_ROUTE_IN_CHAIN=1 FP4MOE_CHAIN_FP32_ROWS=0 FP4MOE_SM90_CC_SPREAD=0 \
+    FP4MOE_FOLD_SHARED=0 FP4MOE_SM90_CC=0; do
+    tag=${v#FP4MOE_}
+    d="$out/bench_tp8_${tag/=/_}"
     [ -d "$d" ] && d="${d}_again"
     mkdir -p "$d"
-    FP4MOE_SM90_CC=$cc FP4MOE_SM90_CC_SPREAD=$spread FP4MOE_CHAIN_FP32_ROWS=$rows FP4MOE_ROUTE_IN_CHAIN=$route \
-      FP4MOE_FOLD_SHARED=$fold \
-      FP4MOE_PRINT_TACTICS=1 timeout -k 10 "${BENCH_TIMEOUT:-180}" \
+    assign=()
+    [ "$v" = defaults ] || assign=("$v")
+    env "${assign[@]}" FP4MOE_PRINT_TACTICS=1 timeout -k 10 "${BENCH_TIMEOUT:-180}" \
       "$stage/bin/fp4moe" bench --tp 8 --tokens 1 --iters 200 --extra-layouts --dump-dir "$d" \
       >"$d.log" 2>&1
     rc=$?
-    what="fp4moe bench --tp 8 --tokens 1, CC=$cc SPREAD=$spread FP32_ROWS=$rows ROUTE_IN_CHAIN=$route FOLD=$fold"
+    what="fp4moe bench --tp 8 --tokens 1 --extra-layouts, $v"
     if [ $rc -eq 0 ]; then note "$what: done"; else status=1; note "$what: FAIL rc=$rc"; fi
   done
 fi

@@ -121,16 +121,17 @@ class CudaMoeEngine final : public MoeEngine {
     // items stream the shared expert's weights once per token (GLM-5 T = 2 / 4: +4% against the n8 tile,
     // docs/perf.md sm90 step 50).
     // The resident tactic (schedule "resident", sm90_cc.cu: one CTA per row and 16 SwiGLU columns, the
-    // math on the CUDA cores) is taken by the heuristic only with FP4MOE_SM90_CC=1 until its timings on the
-    // card are in docs/perf.md (sm90 step 67); a forced name is obeyed, and so is a tuned one (the tuner
-    // timed it on this device and checked its result against the fallback's).
+    // math on the CUDA cores) is one the heuristic may take for one-token buckets whose CTAs fit one wave
+    // (its check): the TP8 shard's T = 1 forward 24.4 against the wgmma chain's 26.1 us on an H200, 23.0
+    // against 26.4 on an H100 (docs/perf.md, sm90 steps 67-71). FP4MOE_SM90_CC=0 leaves it to a forced or
+    // tuned choice (the tuner timed it on this device and checked its result against the fallback's).
     std::vector<std::string> one_token, resident;
     for (const TacticDesc& d : all_tactic_descs()) {
       if (d.tile_n == 1) one_token.push_back(d.name);
       if (d.schedule == "resident") resident.push_back(d.name);
     }
     const bool one_token_layout_ok = opts_.extra_weight_layouts || opts_.max_tokens == 1;
-    const bool resident_ok = env_switch("FP4MOE_SM90_CC", false);
+    const bool resident_ok = env_switch("FP4MOE_SM90_CC", true);
     // The largest bucket (max_rows) each tactic runs, which sizes its workspace: the resident tactic's
     // fp32 rows grow with the rows it may run, and it runs only one-token buckets.
     std::map<GroupedGemmTactic*, int64_t> largest_bucket;
@@ -183,8 +184,12 @@ class CudaMoeEngine final : public MoeEngine {
     // and on the TP8 shard): every CTA routes the few tokens in its prologue and FC1 reads the token rows
     // through its own grouping. Net: GLM-5 T = 1 / 2 -2% / -1.5%, TP8 -7% / -3%, T=8 the same (docs/perf.md,
     // sm90 step 31). Whole layer or TP shard (the expert shard's dropped pairs stay with the front end).
-    // FP4MOE_ROUTE_IN_CHAIN=0 is the control.
+    // Not by default on the resident tactic: there the fused front end before the launch measured faster
+    // (TP8 T = 1: 24.4 against 25.0 us on an H200; docs/perf.md, sm90 steps 70-71). FP4MOE_ROUTE_IN_CHAIN
+    // set applies to every tactic: 0 the control, 1 the resident tactic's routing prologue too.
     const bool route_ok = env_switch("FP4MOE_ROUTE_IN_CHAIN", true) && shard_.is_whole();
+    const char* route_env = std::getenv("FP4MOE_ROUTE_IN_CHAIN");
+    const bool route_set = route_env && *route_env;
     for (int64_t b : buckets_) {
       BucketTactics bt;
       const int64_t rows = b * cfg_.topk;
@@ -217,7 +222,8 @@ class CudaMoeEngine final : public MoeEngine {
       bt.fold = fold_ok && bt.chain && front_small_supported(cfg_, b, permute_experts()) &&
                 bt.fc1->check(folded(sized(w_.fc1.shape, rows, b), b), caps_).ok &&
                 bt.fc1->check(folded(sized(w_.fc2.shape, rows, b), b), caps_).ok;
-      bt.route = route_ok && bt.chain && bt.fc1->can_route_in_chain(cfg_, b);
+      bt.route = route_ok && (route_set || bt.fc1->desc().schedule != "resident") && bt.chain &&
+                 bt.fc1->can_route_in_chain(cfg_, b);
       if (bt.fold) {  // the shared expert's weights in the chained tactic's layout too
         used.insert({bt.fc1, &w_.shared_fc1});
         used.insert({bt.fc1, &w_.shared_fc2});

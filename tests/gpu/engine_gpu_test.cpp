@@ -289,13 +289,12 @@ TEST(Small, OneTokenTileOnlyWhereItsLayoutIsAllowed) {
 
 // The sm90 resident tactic (sm90.w4f16.m32n1k512.cc) in the engine: forced by name in an engine of one token,
 // with and without an NVFP4 shared expert (folded in as the chained launch's last expert; at top-8 the chain
-// spreads it over the routed rows' CTAs), the chained launch routing the token itself and leaving FC2's fp32
-// rows to finalize (the defaults), after the fused front end (FP4MOE_ROUTE_IN_CHAIN=0), with the shared
-// expert on the side stream (FP4MOE_FOLD_SHARED=0) and converting its own rows (FP4MOE_CHAIN_FP32_ROWS=0),
-// and chosen by the
-// heuristic with FP4MOE_SM90_CC=1 for the one-token bucket only (its CTAs, 4 rows x 64 / 16, fit one wave;
-// the one-token layout allowed by extra_weight_layouts), each forward against the reference. Skipped where
-// it cannot run (no sm_90a device).
+// spreads it over the routed rows' CTAs), in its defaults (the fused front end before the chained launch,
+// FC2's fp32 rows left to finalize), with the launch routing the token itself (FP4MOE_ROUTE_IN_CHAIN=1), with
+// the shared expert on the side stream (FP4MOE_FOLD_SHARED=0) and converting its own rows
+// (FP4MOE_CHAIN_FP32_ROWS=0), and chosen by the heuristic (by default; not with FP4MOE_SM90_CC=0) for the
+// one-token bucket only (its CTAs, 4 rows x 64 / 16, fit one wave; the one-token layout allowed by
+// extra_weight_layouts), each forward against the reference. Skipped where it cannot run (no sm_90a device).
 constexpr const char* kResidentTactic = "sm90.w4f16.m32n1k512.cc";
 
 // The resident tactic's layer: variant 0 without a shared expert, 1 with an NVFP4 shared expert (folded in
@@ -326,8 +325,8 @@ TEST(Small, ResidentTacticForward) {
   const std::string cc = kResidentTactic;
   const MoeConfig cfg = resident_config(0);
   if (!resident_tactic_runs_here()) GTEST_SKIP() << cc << " cannot run on this device";
-  const std::pair<const char*, const char*> envs[] = {{"FP4MOE_ROUTE_IN_CHAIN", "1"},
-                                                      {"FP4MOE_ROUTE_IN_CHAIN", "0"},
+  const std::pair<const char*, const char*> envs[] = {{"FP4MOE_ROUTE_IN_CHAIN", ""},  // the defaults
+                                                      {"FP4MOE_ROUTE_IN_CHAIN", "1"},
                                                       {"FP4MOE_FOLD_SHARED", "0"},
                                                       {"FP4MOE_CHAIN_FP32_ROWS", "0"}};
   for (const int variant : {0, 1, 2})
@@ -351,18 +350,14 @@ TEST(Small, ResidentTacticForward) {
         EXPECT_EQ(r.id_mismatches, 0);
       }
     }
-  // The heuristic, switched on: the resident tactic for T = 1, not for the buckets of 2 or more tokens. (The
-  // switch is read at creation; a value the caller set is put back.)
-  const char* before = std::getenv("FP4MOE_SM90_CC");
-  const std::string saved = before ? before : "";
-  ::setenv("FP4MOE_SM90_CC", "1", 1);
+  // The heuristic, by default: the resident tactic for T = 1, not for the buckets of 2 or more tokens; with
+  // FP4MOE_SM90_CC=0 not at all. (The switch is read at creation; a value the caller set is put back.)
   const MoeLayerWeights w = host_layer(LayerCase{cfg.name, cfg, {}});
   EngineOptions eo;
   eo.max_tokens = 8;
   eo.extra_weight_layouts = true;
   std::unique_ptr<MoeEngine> engine;
-  const Status st = MoeEngine::create(w, eo, &engine);
-  ::unsetenv("FP4MOE_SM90_CC");
+  const Status st = create_with_env("FP4MOE_SM90_CC", "", w, eo, &engine);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(engine->fc1_tactic_for(1), cc);
   EXPECT_EQ(engine->fc2_tactic_for(1), cc);
@@ -373,11 +368,13 @@ TEST(Small, ResidentTacticForward) {
     EXPECT_LE(r.rel_l2, 1e-2);
     EXPECT_EQ(r.id_mismatches, 0);
   }
-  // Off (the default), the heuristic leaves it alone.
-  std::unique_ptr<MoeEngine> plain;
-  ASSERT_TRUE(MoeEngine::create(w, eo, &plain).is_ok());
-  EXPECT_NE(plain->fc1_tactic_for(1), cc);
-  if (before) ::setenv("FP4MOE_SM90_CC", saved.c_str(), 1);
+  std::unique_ptr<MoeEngine> off;
+  ASSERT_TRUE(create_with_env("FP4MOE_SM90_CC", "0", w, eo, &off).is_ok());
+  EXPECT_NE(off->fc1_tactic_for(1), cc);
+  EXPECT_NE(off->fc2_tactic_for(1), cc);
+  const LayerRun r = run_and_compare(*off, w, 1, 951, false);
+  EXPECT_LE(r.rel_l2, 1e-2);
+  EXPECT_EQ(r.id_mismatches, 0);
 }
 
 TEST(Small, GraphReplayBitwise) {
@@ -448,21 +445,24 @@ TEST(Sanitize, RouteInChain) {
 }
 
 TEST(Sanitize, ResidentTacticForward) {
-  // The resident tactic's chained launch in its default forms (routing the token itself, the folded shared
-  // expert spread over the routed rows' CTAs, FC2's fp32 rows left to finalize), forced by name in an engine
-  // of one token, against the reference.
+  // The resident tactic's chained launch in its default forms (after the fused front end, the folded shared
+  // expert spread over the routed rows' CTAs, FC2's fp32 rows left to finalize) and routing the token itself
+  // (FP4MOE_ROUTE_IN_CHAIN=1), forced by name in an engine of one token, against the reference.
   if (!resident_tactic_runs_here()) GTEST_SKIP() << kResidentTactic << " cannot run on this device";
   const MoeConfig c = resident_config(2);
   const MoeLayerWeights w = host_layer(LayerCase{c.name, c, {}});
   EngineOptions eo;
   eo.max_tokens = 1;
   eo.fc1_tactic = eo.fc2_tactic = kResidentTactic;
-  std::unique_ptr<MoeEngine> engine;
-  const Status st = MoeEngine::create(w, eo, &engine);
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
-  const LayerRun r = run_and_compare(*engine, w, 1, 4242, false);
-  EXPECT_LE(r.rel_l2, 1e-2);
-  EXPECT_EQ(r.id_mismatches, 0);
+  for (const char* route : {"", "1"}) {
+    SCOPED_TRACE(::testing::Message() << "FP4MOE_ROUTE_IN_CHAIN=" << route);
+    std::unique_ptr<MoeEngine> engine;
+    const Status st = create_with_env("FP4MOE_ROUTE_IN_CHAIN", route, w, eo, &engine);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    const LayerRun r = run_and_compare(*engine, w, 1, 4242, false);
+    EXPECT_LE(r.rel_l2, 1e-2);
+    EXPECT_EQ(r.id_mismatches, 0);
+  }
 }
 
 TEST(Sanitize, EngineForward) {

@@ -110,10 +110,10 @@ TEST(Glm5, Tp8ShardAgainstReference) {
   check_engine(*engine, ref, cases, "tp8");
 }
 
-// The TP8 shard at T = 1 on the sm90 resident tactic, forced (by default the shared expert is folded into its
-// chained launch as the last expert and spread over the 8 routed rows' 128 CTAs, the launch routing the token
-// itself, FC2's fp32 rows left to finalize), against the reference; then with the fused front end before the
-// launch (FP4MOE_ROUTE_IN_CHAIN=0), without the spread form (FP4MOE_SM90_CC_SPREAD=0: 9 rows of 16 CTAs, 144
+// The TP8 shard at T = 1 on the sm90 resident tactic, forced (by default the fused front end runs before its
+// chained launch, the shared expert is folded in as the last expert and spread over the 8 routed rows' 128
+// CTAs, FC2's fp32 rows left to finalize), against the reference; then with the launch routing the token
+// itself (FP4MOE_ROUTE_IN_CHAIN=1), without the spread form (FP4MOE_SM90_CC_SPREAD=0: 9 rows of 16 CTAs, 144
 // on 132 SMs) and with the launch converting its rows (FP4MOE_CHAIN_FP32_ROWS=0). No graph
 // check: its FC2 adds partial rows with atomics, so a replay may differ from the eager forward in the last
 // bf16 bit (README, FP4MOE_SM90_CC). Skipped where it cannot run (no sm_90a device).
@@ -133,11 +133,14 @@ TEST(Glm5, Tp8ShardResidentTacticAtOneToken) {
   eo.max_tokens = 1;
   eo.fc1_tactic = eo.fc2_tactic = name;
   const Case& c = cases[0];
-  for (const char* env : {"", "FP4MOE_ROUTE_IN_CHAIN", "FP4MOE_SM90_CC_SPREAD", "FP4MOE_CHAIN_FP32_ROWS"}) {
-    SCOPED_TRACE(::testing::Message() << (*env ? env : "defaults") << (*env ? "=0" : ""));
+  const std::pair<const char*, const char*> envs[] = {
+      {"", ""}, {"FP4MOE_ROUTE_IN_CHAIN", "1"}, {"FP4MOE_SM90_CC_SPREAD", "0"}, {"FP4MOE_CHAIN_FP32_ROWS", "0"}};
+  for (const auto& [env, value] : envs) {
+    const std::string what = *env ? std::string(env) + "=" + value : std::string("defaults");
+    SCOPED_TRACE(what);
     const char* prev = *env ? std::getenv(env) : nullptr;
     const std::string saved = prev ? prev : "";
-    if (*env) ::setenv(env, "0", 1);  // read at creation
+    if (*env) ::setenv(env, value, 1);  // read at creation
     std::unique_ptr<MoeEngine> engine;
     const Status st = MoeEngine::create_synthetic(cfg, spec, eo, &engine);
     if (*env) {
@@ -150,8 +153,7 @@ TEST(Glm5, Tp8ShardResidentTacticAtOneToken) {
       EXPECT_LE(r.rel_l2, 1e-2);
       EXPECT_EQ(r.id_mismatches, 0);
       EXPECT_LE(r.weight_rel_err, 1e-5);
-      std::printf("  glm5 tp8 T=1 %s (%s%s) run %d rel_l2=%.3e\n", name.c_str(), *env ? env : "defaults",
-                  *env ? "=0" : "", rep, r.rel_l2);
+      std::printf("  glm5 tp8 T=1 %s (%s) run %d rel_l2=%.3e\n", name.c_str(), what.c_str(), rep, r.rel_l2);
     }
   }
 }
