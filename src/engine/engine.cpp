@@ -122,7 +122,7 @@ class CudaMoeEngine final : public MoeEngine {
     // docs/perf.md sm90 step 50).
     // The resident tactic (schedule "resident", sm90_cc.cu: one CTA per row and 16 SwiGLU columns, the
     // math on the CUDA cores) is one the heuristic may take for one-token buckets whose CTAs fit one wave
-    // (its check): the TP8 shard's T = 1 forward 24.4 against the wgmma chain's 26.1 us on an H200, 23.0
+    // (its check): the TP8 shard's T = 1 forward 22.7 against the wgmma chain's 26.0 us on an H200, 23.0
     // against 26.4 on an H100 (docs/perf.md, sm90 steps 67-71). FP4MOE_SM90_CC=0 leaves it to a forced or
     // tuned choice (the tuner timed it on this device and checked its result against the fallback's).
     std::vector<std::string> one_token, resident;
@@ -185,7 +185,7 @@ class CudaMoeEngine final : public MoeEngine {
     // through its own grouping. Net: GLM-5 T = 1 / 2 -2% / -1.5%, TP8 -7% / -3%, T=8 the same (docs/perf.md,
     // sm90 step 31). Whole layer or TP shard (the expert shard's dropped pairs stay with the front end).
     // Not by default on the resident tactic: there the fused front end before the launch measured faster
-    // (TP8 T = 1: 24.4 against 25.0 us on an H200; docs/perf.md, sm90 steps 70-71). FP4MOE_ROUTE_IN_CHAIN
+    // (TP8 T = 1: 22.7 against 23.3 us on an H200; docs/perf.md, sm90 steps 70-71). FP4MOE_ROUTE_IN_CHAIN
     // set applies to every tactic: 0 the control, 1 the resident tactic's routing prologue too.
     const bool route_ok = env_switch("FP4MOE_ROUTE_IN_CHAIN", true) && shard_.is_whole();
     const char* route_env = std::getenv("FP4MOE_ROUTE_IN_CHAIN");
