@@ -52,6 +52,22 @@ struct RandomWeights {
   float unscaled(int64_t e, int64_t r, int64_t kk) const {
     return e2m1_decode(static_cast<uint8_t>(code(e, r, kk))) * e4m3_decode(scale(e, r, kk));
   }
+  // Expert e's unscaled weights, [rows][k], decoded by unscaled() on first use and kept: the reference reads
+  // every weight once per problem row, and decoding each time made it most of the sm90 tests' run time.
+  // Per expert, so a problem of many experts decodes only those its rows use.
+  const float* unscaled_rows(int64_t e) const {
+    if (decoded.size() != static_cast<size_t>(experts)) decoded.assign(static_cast<size_t>(experts), {});
+    std::vector<float>& d = decoded[static_cast<size_t>(e)];
+    if (d.empty()) {
+      d.resize(static_cast<size_t>(rows * k));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t kk = 0; kk < k; ++kk) d[static_cast<size_t>(r * k + kk)] = unscaled(e, r, kk);
+    }
+    return d.data();
+  }
+
+ private:
+  mutable std::vector<std::vector<float>> decoded;  // unscaled_rows' cache; canonical is not changed after
 };
 
 // Random codes; block scales mostly around 1 (E4M3 0x30..0x47) with some subnormal, zero and negative
@@ -81,9 +97,11 @@ inline RandomWeights random_weights(const GemmProblem& p, std::mt19937& rng) {
 // One problem row of expert e: x [K] (bf16 values) -> out [N] (bf16-rounded values), as reference.h
 // R3 (FC1: a = bf16(silu(acc_g * s_g) * (acc_u * s_u))) and R4 (FC2: y = bf16(acc * s)).
 inline void reference_row(const GemmProblem& p, const RandomWeights& w, int64_t e, const float* x, float* out) {
+  const float* we = w.unscaled_rows(e);
   auto dot = [&](int64_t r) {
+    const float* row = we + r * w.k;
     double acc = 0;
-    for (int64_t k = 0; k < p.k; ++k) acc += static_cast<double>(x[k]) * w.unscaled(e, r, k);
+    for (int64_t k = 0; k < p.k; ++k) acc += static_cast<double>(x[k]) * row[k];
     return static_cast<float>(acc);
   };
   for (int64_t j = 0; j < p.n; ++j) {
