@@ -67,7 +67,7 @@ struct RandomWeights {
   }
 
  private:
-  mutable std::vector<std::vector<float>> decoded;  // unscaled_rows' cache; canonical is not changed after
+  mutable std::vector<std::vector<float>> decoded;  // unscaled_rows' cache: canonical must not change once read
 };
 
 // Random codes; block scales mostly around 1 (E4M3 0x30..0x47) with some subnormal, zero and negative
