@@ -4,10 +4,16 @@
 
 namespace fp4moe {
 
+// Whether a switch is set: not unset or empty (either gives the switch's default).
+inline bool env_is_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
 // An on/off switch: unset or empty gives the switch's default, "0" turns it off, any other value on.
 inline bool env_switch(const char* name, bool default_on) {
+  if (!env_is_set(name)) return default_on;
   const char* v = std::getenv(name);
-  if (!v || !*v) return default_on;
   return !(v[0] == '0' && v[1] == '\0');
 }
 

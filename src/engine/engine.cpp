@@ -188,8 +188,7 @@ class CudaMoeEngine final : public MoeEngine {
     // (TP8 T = 1: 22.7 against 23.3 us on an H200; docs/perf.md, sm90 steps 70-71). FP4MOE_ROUTE_IN_CHAIN
     // set applies to every tactic: 0 the control, 1 the resident tactic's routing prologue too.
     const bool route_ok = env_switch("FP4MOE_ROUTE_IN_CHAIN", true) && shard_.is_whole();
-    const char* route_env = std::getenv("FP4MOE_ROUTE_IN_CHAIN");
-    const bool route_set = route_env && *route_env;
+    const bool route_set = env_is_set("FP4MOE_ROUTE_IN_CHAIN");
     for (int64_t b : buckets_) {
       BucketTactics bt;
       const int64_t rows = b * cfg_.topk;
