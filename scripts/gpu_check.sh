@@ -199,17 +199,18 @@ done
 
 # 5. (STEPS=sm90 only, not in the default) the issue's TP8 GEMM measurement and the resident tactic's A/B:
 #    bench_sm90 --tp8 (every sm90 tactic per T, pair and chain, against the read ceiling of the same run;
-#    SM90_TOKENS, default 1,8,32,128); bench_sm90 --resident-cc (step 66's probe and its variants, each checked
-#    against the CPU reference, then timed cold); then the TP8 shard's forward at T = 1 without the resident
-#    tactic (FP4MOE_SM90_CC=0: the wgmma chain) and with it (the defaults: the fused front end before its
-#    chained launch, the folded shared expert spread over its 128 CTAs, FC2's fp32 rows left to finalize), then
-#    the launch routing the token itself (FP4MOE_ROUTE_IN_CHAIN=1), each of the other two forms turned off in
-#    turn, and the shared expert on the side stream (FP4MOE_FOLD_SHARED=0), all with --extra-layouts
-#    (docs/perf.md, sm90 steps 67-71).
+#    SM90_TOKENS, default 1,8,32,128; with --layers SM90_LAYERS, default 16: the best chain and pair also as
+#    that many layers of a decode-step graph, each with its own weights and routing); bench_sm90 --resident-cc
+#    (step 66's probe and its variants, each checked against the CPU reference, then timed cold); then the
+#    TP8 shard's forward at T = 1 without the resident tactic (FP4MOE_SM90_CC=0: the wgmma chain) and with it
+#    (the defaults: the fused front end before its chained launch, the folded shared expert spread over its
+#    128 CTAs, FC2's fp32 rows left to finalize), then the launch routing the token itself
+#    (FP4MOE_ROUTE_IN_CHAIN=1), each of the other two forms turned off in turn, and the shared expert on the
+#    side stream (FP4MOE_FOLD_SHARED=0), all with --extra-layouts (docs/perf.md, sm90 steps 67-72).
 if want sm90; then
   if [ -x "$stage/bin/bench_sm90" ]; then
     timeout -k 10 "${BENCH_TIMEOUT:-180}" "$stage/bin/bench_sm90" --tp8 --tokens "${SM90_TOKENS:-1,8,32,128}" \
-      --iters 20 >"$out/bench_sm90_tp8.log" 2>&1
+      --iters 20 --layers "${SM90_LAYERS:-16}" >"$out/bench_sm90_tp8.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then
       note "bench_sm90 --tp8: done"

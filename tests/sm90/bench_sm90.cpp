@@ -13,7 +13,11 @@
 // Weights are filled with a constant byte pattern: the kernel's work does not depend on the values
 // (correctness is tactics_test's job). The device-to-device copy ceiling is measured in the same run;
 // before the read ceiling and before each T the device is left idle 50 ms (docs/perf.md, sm90 step 60).
-//   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50] [--trace FILE]
+//   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50] [--layers N] [--trace FILE]
+// --layers N (2 to 64; 0, the default, off): after each T's rows, the best chain and the best pair again as a
+// server's decode-step graph holds them: N layers in one graph, each with its own weights (allocated here, as
+// many as fit in 80% of the free memory) and its own routing drawn like the first, so that no layer finds the
+// one before's weight bytes in L2 and the graph's launch is paid once for N layers; reported per layer.
 //   bench_sm90 --floor [--iters 200]
 //   bench_sm90 --resident [--iters 200] | --resident-cc [--iters 200]
 // --floor: the least a forward replayed from a graph can take to read a decode step's weights, whatever
@@ -621,7 +625,7 @@ int run(int argc, char** argv) {
   bool tp8 = false, ceiling = true, floor_mode = false, resident_only = false, cc_only = false;
   std::string only;  // --tactic NAME: time this tactic alone (e.g. under a profiler)
   std::string trace_path;  // --trace FILE
-  int iters = 50;
+  int iters = 50, layers = 0;
   std::vector<int64_t> tokens_list = {1, 8, 32, 128, 512, 2048, 8192};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -632,6 +636,7 @@ int run(int argc, char** argv) {
     else if (a == "--no-ceiling") ceiling = false;
     else if (a == "--tactic" && i + 1 < argc) only = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    else if (a == "--layers" && i + 1 < argc) layers = std::stoi(argv[++i]);
     else if (a == "--trace" && i + 1 < argc) trace_path = argv[++i];
     else if (a == "--tokens" && i + 1 < argc) {
       tokens_list.clear();
@@ -643,10 +648,15 @@ int run(int argc, char** argv) {
         pos = c == std::string::npos ? v.size() : c + 1;
       }
     } else {
-      fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--tactic NAME] [--no-ceiling] "
-                 "[--trace FILE] | --floor [--iters N] | --resident [--iters N] | --resident-cc [--iters N]\n");
+      fmt::print(stderr, "usage: bench_sm90 [--tp8] [--tokens 1,8,...] [--iters N] [--layers N] [--tactic NAME] "
+                 "[--no-ceiling] [--trace FILE] | --floor [--iters N] | --resident [--iters N] | "
+                 "--resident-cc [--iters N]\n");
       return 2;
     }
+  }
+  if (layers < 0 || layers == 1 || layers > 64) {
+    fmt::print(stderr, "bench_sm90: --layers {}: expected 0 (off) or 2 to 64 layers in one graph\n", layers);
+    return 2;
   }
   const int skip = sm90test::skip_unless_sm90();
   if (skip) return skip;
@@ -714,6 +724,33 @@ int run(int argc, char** argv) {
     return true;
   };
   if (!init_all(p1, p2)) return 1;
+  // --layers N: layers 1 .. N - 1 of the decode-step rows (layer 0 is the buffers above), each with its own
+  // weights (the same byte pattern) and offsets and index; as many as fit in 80% of the free memory.
+  struct Layer {
+    std::unique_ptr<DeviceBuffer> w1, w2, off, idx;
+    Routing r;
+  };
+  std::vector<Layer> deck;
+  if (layers > 1) {
+    size_t free_b = 0, total_b = 0;
+    SM90_CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t per_layer = w1.size() + w2.size() + off.size() + idx.size();
+    const int fit = static_cast<int>(std::min<size_t>(layers, 1 + free_b / 10 * 8 / per_layer));
+    if (fit < layers)
+      fmt::print("--layers {}: {} layers fit in 80% of the {:.1f} GB free ({:.2f} GB a layer)\n", layers, fit,
+                 free_b / 1e9, per_layer / 1e9);
+    for (int l = 1; l < fit; ++l) {
+      Layer L;
+      L.w1 = std::make_unique<DeviceBuffer>(w1.size());
+      L.w2 = std::make_unique<DeviceBuffer>(w2.size());
+      L.off = std::make_unique<DeviceBuffer>(off.size());
+      L.idx = std::make_unique<DeviceBuffer>(idx.size());
+      SM90_CUDA_OK(cudaMemset(L.w1->get(), 0x37, L.w1->size()));
+      SM90_CUDA_OK(cudaMemset(L.w2->get(), 0x37, L.w2->size()));
+      deck.push_back(std::move(L));
+    }
+  }
+  std::mt19937 rng_layers(7);  // the deck's routings, apart from the rows' own (which stay as before)
   // --trace: the timeline buffer, the shared expert's weights (one expert) and its offsets {0, T}.
   std::unique_ptr<DeviceBuffer> trace_buf, ws1, ws2, soff, hs, ys, wss;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace_out(nullptr, &std::fclose);
@@ -855,6 +892,7 @@ int run(int argc, char** argv) {
     double best_chain = 1e30;
     std::string best_chain_name;
     GroupedGemmTactic* best_chain_tactic = nullptr;
+    bool best_chain_idx = false;
     for (GroupedGemmTactic* t : runnable) {
       if (!t->can_chain()) continue;
       Status st, st_idx;
@@ -890,6 +928,7 @@ int run(int argc, char** argv) {
         best_chain = ms_chain;
         best_chain_name = t->desc().name + (idx_faster ? " through the index" : " on the copy");
         best_chain_tactic = t;
+        best_chain_idx = idx_faster;
       }
     }
     if (!best_chain_name.empty()) {
@@ -897,6 +936,80 @@ int run(int argc, char** argv) {
       fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  ({}; best pair {:.1f} us)\n", T,
                  "fc1>fc2", r.active, "best chain", best_chain * 1e3, tbs_chain,
                  (flops1 + flops2) / (best_chain * 1e-3) / 1e12, pct(tbs_chain), best_chain_name, ms * 1e3);
+    }
+    // --layers: the best chain and the best pair as a server's decode-step graph holds them, one launch (or
+    // pair) per layer, each layer with its own weights and routing (drawn as above), so that a layer finds no
+    // weight bytes of the one before in L2 and the graph's own launch is paid once for all the layers: the
+    // time per layer, against the one-layer graph's above.
+    if (!deck.empty()) {
+      const int n = 1 + static_cast<int>(deck.size());
+      struct LayerArgs {
+        GroupedGemmArgs a1, a1c, a2;
+      };
+      std::vector<LayerArgs> la(n, LayerArgs{a1, a1c, a2});
+      double layer_bytes = bytes1 + bytes2;
+      int64_t active_sum = r.active;
+      std::vector<int32_t> pe(n, per_expert);  // each layer's most rows an expert (for the preflights only)
+      for (int l = 1; l < n; ++l) {
+        Layer& L = deck[l - 1];
+        L.r = route_uniform(T, rng_layers);
+        L.off->upload(L.r.offsets.data(), L.r.offsets.size() * 4);
+        L.idx->upload(L.r.row_token.data(), L.r.row_token.size() * 4);
+        layer_bytes += L.r.active * (nvfp4_bytes(2 * I, kH) + nvfp4_bytes(kH, I));
+        active_sum += L.r.active;
+        pe[l] = 0;
+        for (int64_t e = 0; e < kE; ++e) pe[l] = std::max(pe[l], L.r.offsets[e + 1] - L.r.offsets[e]);
+        for (GroupedGemmArgs* g : {&la[l].a1, &la[l].a1c, &la[l].a2})
+          g->expert_offsets = static_cast<const int32_t*>(L.off->get());
+        la[l].a1.a_row_index = static_cast<const int32_t*>(L.idx->get());
+        la[l].a1.weights = la[l].a1c.weights = L.w1->get();
+        la[l].a2.weights = L.w2->get();
+      }
+      auto gather_layer = [&](int l, cudaStream_t st_) {
+        engine::launch_gather_rows(a1.a, kH, la[l].a1.a_row_index, rows, nullptr, kH,
+                                   static_cast<uint16_t*>(xg.get()), st_)
+            .throw_if_error();
+      };
+      // Whether tactic t passes its preflight on every layer's rows ("" when it does).
+      auto refusal = [&](const GroupedGemmTactic* t) -> std::string {
+        for (int l = 0; l < n; ++l)
+          for (const GroupedGemmArgs* g : {&la[l].a1, &la[l].a2}) {
+            GemmProblem q = g->problem;
+            q.max_rows_per_expert = pe[l];
+            const TacticCheck c = t->check(q, caps);
+            if (!c.ok) return fmt::format("layer {}: {}", l, c.reason);
+          }
+        return "";
+      };
+      auto row = [&](const char* what, const std::string& name, const std::string& why, auto body) {
+        if (!why.empty()) {
+          fmt::print("{:>6} {:<42} skipped in the {}-layer graph: {}\n", T, name, n, why);
+          return;
+        }
+        const double us = time_graph(body, iters, s) * 1e3 / n;
+        const double tbs = layer_bytes / n / (us * 1e-6) / 1e12;
+        fmt::print("{:>6} {:>7} {:>5.1f} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  ({} layers in one graph, each "
+                   "its own weights and routing: us a layer)\n",
+                   T, what, double(active_sum) / n, name, us, tbs, (flops1 + flops2) / (us * 1e-6) / 1e12,
+                   pct(tbs), n);
+      };
+      if (best_chain_tactic != nullptr) {
+        GroupedGemmTactic* tc = best_chain_tactic;
+        row("layers", "best chain", refusal(tc), [&](cudaStream_t st_) {
+          for (int l = 0; l < n; ++l) {
+            if (!best_chain_idx) gather_layer(l, st_);
+            tc->run_chained(best_chain_idx ? la[l].a1 : la[l].a1c, la[l].a2, st_).throw_if_error();
+          }
+        });
+      }
+      const std::string why1 = refusal(t1), why2 = refusal(t2);
+      row("layers", "best pair", why1.empty() ? why2 : why1, [&](cudaStream_t st_) {
+        for (int l = 0; l < n; ++l) {
+          if (use_copy) gather_layer(l, st_);
+          t1->run(use_copy ? la[l].a1c : la[l].a1, st_).throw_if_error();
+          t2->run(la[l].a2, st_).throw_if_error();
+        }
+      });
     }
     if (trace_out && best_chain_tactic != nullptr) {
       GroupedGemmTactic* tc = best_chain_tactic;
