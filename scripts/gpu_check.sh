@@ -214,7 +214,7 @@ if want sm90; then
     rc=$?
     if [ $rc -eq 0 ]; then
       note "bench_sm90 --tp8: done"
-      while read -r line; do note "  $line"; done < <(grep -E "best pair|best chain" "$out/bench_sm90_tp8.log")
+      while read -r line; do note "  $line"; done < <(grep -E "best pair|best chain|chain32" "$out/bench_sm90_tp8.log")
     else
       status=1
       note "bench_sm90 --tp8: FAIL rc=$rc (see bench_sm90_tp8.log)"

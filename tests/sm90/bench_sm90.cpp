@@ -14,6 +14,8 @@
 // (correctness is tactics_test's job). The device-to-device copy ceiling is measured in the same run;
 // before the read ceiling and before each T the device is left idle 50 ms (docs/perf.md, sm90 step 60).
 //   bench_sm90 [--tp8] [--tokens 1,8,32,128] [--iters 50] [--layers N] [--trace FILE]
+// A tactic that can leave FC2's fp32 rows to the caller (the resident one) also gets a "chain32" row: its chain
+// as the forward runs it (finalize rounds and zeroes the rows there; here they are left to grow).
 // --layers N (2 to 64; 0, the default, off): after each T's rows, the best chain and the best pair again as a
 // server's decode-step graph holds them: N layers in one graph, each with its own weights (allocated here, as
 // many as fit in 80% of the free memory) and its own routing drawn like the first, so that no layer finds the
@@ -924,6 +926,31 @@ int run(int argc, char** argv) {
                  (flops1 + flops2) / (ms_chain * 1e-3) / 1e12, pct(tbs_chain),
                  idx_faster ? "rows through the index" : "on the gathered copy", ms_copy_chain * 1e3, ms_idx * 1e3,
                  ms_two * 1e3);
+      // A tactic that can leave FC2's fp32 rows to the caller (the resident one): the chain also as the
+      // forward runs it, the rows summed in the workspace for finalize to read, round and zero; no conversion
+      // in the launch, and the zeroing, which is finalize's there, not timed here (the rows just grow).
+      if (t->fp32_rows_offset(a1.problem) >= 0) {
+        GroupedGemmArgs f1 = idx_faster ? a1 : a1c;
+        f1.fp32_rows_to_caller = true;
+        Status st32;
+        const double ms32 = time_graph(
+            [&](cudaStream_t st_) {
+              if (!idx_faster) gather_copy(st_);
+              st32 = t->run_chained(f1, a2, st_);
+            },
+            iters, s);
+        SM90_CUDA_OK(cudaStreamSynchronize(s));
+        SM90_CUDA_OK(cudaMemset(ws.get(), 0, ws.size()));  // the rows back to zero for the other forms
+        if (!st32.is_ok()) {
+          fmt::print("{}: {}\n", t->desc().name, st32.to_string());
+          return 1;
+        }
+        const double tbs32 = (bytes1 + bytes2) / (ms32 * 1e-3) / 1e12;
+        fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  (FC2's fp32 rows left to the "
+                   "caller, as the forward runs it; their zeroing is finalize's, not timed)\n",
+                   T, "chain32", r.active, t->desc().name, ms32 * 1e3, tbs32,
+                   (flops1 + flops2) / (ms32 * 1e-3) / 1e12, pct(tbs32));
+      }
       if (ms_chain < best_chain) {
         best_chain = ms_chain;
         best_chain_name = t->desc().name + (idx_faster ? " through the index" : " on the copy");
@@ -995,12 +1022,22 @@ int run(int argc, char** argv) {
       };
       if (best_chain_tactic != nullptr) {
         GroupedGemmTactic* tc = best_chain_tactic;
-        row("layers", "best chain", refusal(tc), [&](cudaStream_t st_) {
-          for (int l = 0; l < n; ++l) {
-            if (!best_chain_idx) gather_layer(l, st_);
-            tc->run_chained(best_chain_idx ? la[l].a1 : la[l].a1c, la[l].a2, st_).throw_if_error();
+        const std::string why = refusal(tc);
+        for (const bool rows32 : {false, true}) {
+          if (rows32 && tc->fp32_rows_offset(a1.problem) < 0) continue;
+          row("layers", rows32 ? "best chain, fp32 rows" : "best chain", why, [&](cudaStream_t st_) {
+            for (int l = 0; l < n; ++l) {
+              if (!best_chain_idx) gather_layer(l, st_);
+              GroupedGemmArgs f1 = best_chain_idx ? la[l].a1 : la[l].a1c;
+              f1.fp32_rows_to_caller = rows32;
+              tc->run_chained(f1, la[l].a2, st_).throw_if_error();
+            }
+          });
+          if (rows32) {
+            SM90_CUDA_OK(cudaStreamSynchronize(s));
+            SM90_CUDA_OK(cudaMemset(ws.get(), 0, ws.size()));
           }
-        });
+        }
       }
       const std::string why1 = refusal(t1), why2 = refusal(t2);
       row("layers", "best pair", why1.empty() ? why2 : why1, [&](cudaStream_t st_) {
