@@ -786,6 +786,14 @@ int run(int argc, char** argv) {
   std::mt19937 rng(2024);
   // Percent of the read ceiling (the weights are only read), "-" when the ceilings were not measured.
   auto pct = [&](double tbs) { return read_tbs > 0 ? fmt::format("{:.0f}%", 100 * tbs / read_tbs) : std::string("-"); };
+  // One timed row: T, the GEMM(s), the active experts, the tactic, then from `ms` milliseconds for `bytes`
+  // weight bytes and `flops`: microseconds, TB/s, TFLOP/s, % of the read ceiling; then `note` ("" for none).
+  auto print_row = [&](int64_t T, const char* what, const std::string& act, const std::string& name, double ms,
+                       double bytes, double flops, const std::string& note) {
+    const double tbs = bytes / (ms * 1e-3) / 1e12;
+    fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}{}\n", T, what, act, name, ms * 1e3, tbs,
+               flops / (ms * 1e-3) / 1e12, pct(tbs), note.empty() ? note : "  (" + note + ")");
+  };
   fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9} {:>9} {:>8} {:>8}\n", "T", "gemm", "act", "tactic", "us", "TB/s",
              "TFLOP/s", "%read");
   for (int64_t T : tokens_list) {
@@ -857,10 +865,8 @@ int run(int argc, char** argv) {
           fmt::print("{}: {}\n", t->desc().name, st.to_string());
           return 1;
         }
-        const double bytes = which == 2 ? bytes2 : bytes1, flops = which == 2 ? flops2 : flops1;
-        const double tbs = bytes / (ms * 1e-3) / 1e12;
-        fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}\n", T, labels[which], r.active,
-                   t->desc().name, ms * 1e3, tbs, flops / (ms * 1e-3) / 1e12, pct(tbs));
+        print_row(T, labels[which], std::to_string(r.active), t->desc().name, ms, which == 2 ? bytes2 : bytes1,
+                  which == 2 ? flops2 : flops1, "");
         if (ms < best[which]) {
           best[which] = ms;
           names[which] = t->desc().name;
@@ -883,10 +889,9 @@ int run(int argc, char** argv) {
           (void)t2->run(a2, st_);
         },
         iters, s);
-    const double tbs = (bytes1 + bytes2) / (ms * 1e-3) / 1e12;
-    fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  (fc1 {}{}, fc2 {})\n", T, "fc1+fc2",
-               r.active, "best pair", ms * 1e3, tbs, (flops1 + flops2) / (ms * 1e-3) / 1e12, pct(tbs),
-               names[use_copy ? 1 : 0], use_copy ? " on the gathered copy, copy included" : "", names[2]);
+    print_row(T, "fc1+fc2", std::to_string(r.active), "best pair", ms, bytes1 + bytes2, flops1 + flops2,
+              fmt::format("fc1 {}{}, fc2 {}", names[use_copy ? 1 : 0],
+                          use_copy ? " on the gathered copy, copy included" : "", names[2]));
     // FC1 chained into FC2 in one launch (run_chained), on the gathered copy, the copy included; against
     // the same tactic's two launches (copy + fc1c + fc2) in the same graph form; and the chain with FC1
     // reading its rows through the index, no copy (the resident tactic reads a row with one bulk copy
@@ -919,13 +924,10 @@ int run(int argc, char** argv) {
         fmt::print("{}: {}\n", t->desc().name, st.to_string());
         return 1;
       }
-      const double tbs_chain = (bytes1 + bytes2) / (ms_chain * 1e-3) / 1e12;
-      fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  ({}; copy + chain {:.1f} us, chain "
-                 "through the index {:.1f} us, two launches {:.1f} us)\n",
-                 T, "chain", r.active, t->desc().name, ms_chain * 1e3, tbs_chain,
-                 (flops1 + flops2) / (ms_chain * 1e-3) / 1e12, pct(tbs_chain),
-                 idx_faster ? "rows through the index" : "on the gathered copy", ms_copy_chain * 1e3, ms_idx * 1e3,
-                 ms_two * 1e3);
+      print_row(T, "chain", std::to_string(r.active), t->desc().name, ms_chain, bytes1 + bytes2, flops1 + flops2,
+                fmt::format("{}; copy + chain {:.1f} us, chain through the index {:.1f} us, two launches {:.1f} us",
+                            idx_faster ? "rows through the index" : "on the gathered copy", ms_copy_chain * 1e3,
+                            ms_idx * 1e3, ms_two * 1e3));
       // A tactic that can leave FC2's fp32 rows to the caller (the resident one): the chain also as the
       // forward runs it, the rows summed in the workspace for finalize to read, round and zero; no conversion
       // in the launch, and the zeroing, which is finalize's there, not timed here (the rows just grow).
@@ -945,11 +947,8 @@ int run(int argc, char** argv) {
           fmt::print("{}: {}\n", t->desc().name, st32.to_string());
           return 1;
         }
-        const double tbs32 = (bytes1 + bytes2) / (ms32 * 1e-3) / 1e12;
-        fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  (FC2's fp32 rows left to the "
-                   "caller, as the forward runs it; their zeroing is finalize's, not timed)\n",
-                   T, "chain32", r.active, t->desc().name, ms32 * 1e3, tbs32,
-                   (flops1 + flops2) / (ms32 * 1e-3) / 1e12, pct(tbs32));
+        print_row(T, "chain32", std::to_string(r.active), t->desc().name, ms32, bytes1 + bytes2, flops1 + flops2,
+                  "FC2's fp32 rows left to the caller, as the forward runs it; their zeroing is finalize's, not timed");
       }
       if (ms_chain < best_chain) {
         best_chain = ms_chain;
@@ -959,10 +958,8 @@ int run(int argc, char** argv) {
       }
     }
     if (!best_chain_name.empty()) {
-      const double tbs_chain = (bytes1 + bytes2) / (best_chain * 1e-3) / 1e12;
-      fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  ({}; best pair {:.1f} us)\n", T,
-                 "fc1>fc2", r.active, "best chain", best_chain * 1e3, tbs_chain,
-                 (flops1 + flops2) / (best_chain * 1e-3) / 1e12, pct(tbs_chain), best_chain_name, ms * 1e3);
+      print_row(T, "fc1>fc2", std::to_string(r.active), "best chain", best_chain, bytes1 + bytes2, flops1 + flops2,
+                fmt::format("{}; best pair {:.1f} us", best_chain_name, ms * 1e3));
     }
     // --layers: the best chain and the best pair as a server's decode-step graph holds them, one launch (or
     // pair) per layer, each layer with its own weights and routing (drawn as above), so that a layer finds no
@@ -1013,12 +1010,9 @@ int run(int argc, char** argv) {
           fmt::print("{:>6} {:<42} skipped in the {}-layer graph: {}\n", T, name, n, why);
           return;
         }
-        const double us = time_graph(body, iters, s) * 1e3 / n;
-        const double tbs = layer_bytes / n / (us * 1e-6) / 1e12;
-        fmt::print("{:>6} {:>7} {:>5.1f} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}  ({} layers in one graph, each "
-                   "its own weights and routing: us a layer)\n",
-                   T, what, double(active_sum) / n, name, us, tbs, (flops1 + flops2) / (us * 1e-6) / 1e12,
-                   pct(tbs), n);
+        print_row(T, what, fmt::format("{:.1f}", double(active_sum) / n), name, time_graph(body, iters, s) / n,
+                  layer_bytes / n, flops1 + flops2,
+                  fmt::format("{} layers in one graph, each its own weights and routing: us a layer", n));
       };
       if (best_chain_tactic != nullptr) {
         GroupedGemmTactic* tc = best_chain_tactic;
