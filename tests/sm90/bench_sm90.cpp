@@ -48,6 +48,10 @@
 // the best chain (copy + FC1 chained into FC2), the same tactic's pair (copy + FC1 + FC2), and the chain
 // with a shared expert (one expert, all T tokens, FC1 then FC2 on the same tactic) on a second stream as
 // the engine runs it; every CTA's per-item times go to FILE as CSV (tools/sm90_timeline.py summarises).
+// Where the best chain is the resident tactic, a fourth replay runs it as the forward does (through the index,
+// FC2's fp32 rows left to the caller), and each replay but the pair's prints the tactic's own timeline on
+// stdout ("cc timeline": each of sm90_cc.h's kCcTrace* words, p50 and max over the CTAs); in such a build,
+// FP4MOE_SM90_CC_NOMATH=1 makes its plain chain wait for every chunk and do no math (wrong output, timed only).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -66,6 +70,7 @@
 #include "fp4moe/device_caps.h"
 #include "fp4moe/reference.h"
 #include "kernels/families.h"
+#include "kernels/sm90_wgmma/sm90_cc.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
 #include "kernels/sm90_wgmma/sm90_trace.cuh"
 #include "kernels/sm90_wgmma/trace_csv.h"
@@ -466,6 +471,46 @@ int run_resident_cc(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3, 
 // floor: no kernel reading those bytes in its own graph can reach a higher share of the ceiling. The
 // ceiling is the Hopper issue's device-copy figure for the H200, 4.16 TB/s (the torch peer's copy, which
 // the engine's benchmark measures, agrees within 1%; cudaMemcpy here measures less, see the header).
+// The resident tactic's timeline (sm90_cc.h's kCcTrace* words in the chained slot): each word's p50 and max
+// over the CTAs that wrote it, in us from the first CTA's entry.
+void print_cc_timeline(const std::vector<unsigned long long>& rec, const std::string& what) {
+  using sm90::kTraceMaxCtas;
+  using sm90::kTraceWords;
+  const size_t base = size_t(2) * kTraceMaxCtas * kTraceWords;
+  unsigned long long t0 = ~0ull;
+  int nch = 0;
+  for (int b = 0; b < kTraceMaxCtas; ++b)
+    if (const unsigned long long e = rec[base + size_t(b) * kTraceWords + 1]) {
+      t0 = std::min(t0, e);
+      nch = static_cast<int>(rec[base + size_t(b) * kTraceWords + 3]);
+    }
+  if (t0 == ~0ull) {
+    fmt::print("cc timeline {}: no records\n", what);
+    return;
+  }
+  std::vector<std::pair<int, std::string>> words = {{1, "entry"}, {4, "expert known"}, {5, "copies issued"},
+                                                    {sm90::kCcTraceToken, "token landed"},
+                                                    {sm90::kCcTraceToken + 1, "token f16"}};
+  for (int c = 0; c < nch && c < sm90::kCcTraceFc1Done - sm90::kCcTraceChunks; ++c)
+    words.push_back({sm90::kCcTraceChunks + c, fmt::format("chunk {} seen", c)});
+  words.push_back({sm90::kCcTraceFc1Done, "FC1 summed"});
+  words.push_back({sm90::kCcTraceFc1Done + 1, "FC2 start"});
+  words.push_back({sm90::kCcTraceFc2Done, "FC2 done (even chunks)"});
+  words.push_back({sm90::kCcTraceFc2Done + 1, "FC2 done (odd chunks)"});
+  words.push_back({2, "exit (row converted)"});
+  fmt::print("cc timeline {} ({} copies; us from the first entry, p50 / max over CTAs):\n", what, nch);
+  for (const auto& [w, name] : words) {
+    std::vector<double> v;
+    for (int b = 0; b < kTraceMaxCtas; ++b) {
+      const unsigned long long* r = &rec[base + size_t(b) * kTraceWords];
+      if (r[1] != 0 && r[w] != 0) v.push_back(double(r[w] - t0) * 1e-3);
+    }
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    fmt::print("  {:<24} {:6.2f} / {:6.2f}  ({} CTAs)\n", name, v[v.size() / 2], v.back(), v.size());
+  }
+}
+
 int run_floor(int iters, cudaStream_t s, int sms, bool resident_only, bool cc_only) {
   if (resident_only && iters == 0) {
     auto none = [](auto&&...) { return 0.0; };
@@ -818,6 +863,10 @@ int run(int argc, char** argv) {
     std::vector<GroupedGemmTactic*> runnable;
     for (auto& t : tactics)
       if (usable(*t)) runnable.push_back(t.get());
+    if (runnable.empty()) {  // every tactic (or the one --tactic names) refused this T: nothing to time
+      fmt::print("{:>6} no tactic passes its preflight at this T\n", T);
+      continue;
+    }
     off.upload(r.offsets.data(), r.offsets.size() * 4);
     idx.upload(r.row_token.data(), r.row_token.size() * 4);
     const int64_t rows = T * kTopk;
@@ -1068,8 +1117,11 @@ int run(int argc, char** argv) {
       SM90_CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
       SM90_CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
       SM90_CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-      const char* runs[3] = {"chain", "pair", "chain+shared"};
-      for (int run = 0; run < 3; ++run) {
+      // The resident tactic also as the forward runs it (run 3: through the index, FC2's fp32 rows left to
+      // the caller), with its timeline summarised on stdout.
+      const bool cc = tc->desc().name == sm90::kCcTacticName;
+      const char* runs[4] = {"chain", "pair", "chain+shared", "chain32"};
+      for (int run = 0; run < (cc ? 4 : 3); ++run) {
         auto body = [&](cudaStream_t st_) {
           if (run == 2) {
             SM90_CUDA_OK(cudaEventRecord(fork, st_));
@@ -1082,6 +1134,10 @@ int run(int argc, char** argv) {
           if (run == 1) {
             tc->run(a1c, st_).throw_if_error();
             tc->run(a2, st_).throw_if_error();
+          } else if (run == 3) {
+            GroupedGemmArgs f1 = a1;
+            f1.fp32_rows_to_caller = true;
+            tc->run_chained(f1, a2, st_).throw_if_error();
           } else {
             tc->run_chained(a1c, a2, st_).throw_if_error();
           }
@@ -1096,6 +1152,7 @@ int run(int argc, char** argv) {
         std::vector<unsigned long long> rec(trace_buf->size() / 8);
         trace_buf->download(rec.data(), trace_buf->size());
         fmt::print(trace_out.get(), "{}", sm90::trace_csv_rows(rec, fmt::format("{},{},", T, runs[run])));
+        if (cc && run != 1) print_cc_timeline(rec, fmt::format("T={} {}", T, runs[run]));
       }
       cudaEventDestroy(fork);
       cudaEventDestroy(join);

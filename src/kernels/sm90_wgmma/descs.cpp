@@ -72,8 +72,10 @@ void append_sm90_cc_tactic_descs(std::vector<TacticDesc>& out) {
   d.req.exact_cc = 90;             // built into the sm_90a binary (bulk copies, red.add.v2, cvt e4m3x2)
   d.req.needs_arch_specific = false;  // no wgmma, no setmaxnreg
   d.req.smem_bytes = sm90::cc_smem_bytes(true, true, 6144);
-  d.req.regs_per_thread = 128;     // __launch_bounds__(512, 1) allows 128; sm90_cc_tactic_test checks the build
-  d.req.threads = sm90::kCcThreads;
+  // __launch_bounds__(544, 1) allows 120 (65,536 registers over 544 threads, in steps of 8); sm90_cc_tactic_test
+  // checks the build.
+  d.req.regs_per_thread = 65536 / sm90::kCcLaunchThreads / 8 * 8;
+  d.req.threads = sm90::kCcLaunchThreads;
   d.req.k_align = sm90::kCcCols;   // FC2's K; FC1's K (the hidden size) a multiple of 1024: check_cc_tactic
   d.req.n_align = sm90::kCcCols;   // FC1's N; FC2's N (the hidden size) a multiple of 1024: check_cc_tactic
   d.req.max_rows_per_expert = 1;
@@ -97,6 +99,10 @@ TacticCheck check_cc_tactic(const TacticDesc& desc, const GemmProblem& p, const 
   if (p.total_rows * parts >= (int64_t(1) << 31))
     return TacticCheck::fail(fmt::format("launches rows x SwiGLU width / 16 CTAs, below 2^31; problem is {}",
                                          p.to_string()));
+  if (hidden > 16 * kCcThreads)
+    return TacticCheck::fail(fmt::format("handles a hidden size of at most {} (one k16 block of the token a math "
+                                         "thread), problem has {}",
+                                         16 * kCcThreads, hidden));
   const int64_t smem = cc_smem_bytes(true, true, hidden);
   if (smem > caps.smem_per_block_optin)
     return TacticCheck::fail(fmt::format("needs {:.1f} KB shared memory per block at hidden size {}, device allows "

@@ -1,4 +1,4 @@
-// The sm90 resident tactic (docs/perf.md, sm90 steps 66-67): one token per expert, one CTA per (grouped
+// The sm90 resident tactic (docs/perf.md, sm90 steps 66-67 and 73): one token per expert, one CTA per (grouped
 // row, 16 SwiGLU columns), every weight byte of the CTA in flight from its start, the math on the CUDA
 // cores as f16x2, and no CTA waiting for another's result.
 //
@@ -18,11 +18,15 @@
 //     FC1's input rows may share a buffer with FC2's output rows (the engine's grouped copy in y) where FC1
 //     reads them without an index: row r's output is written only once each of its CTAs has its copy of
 //     row r; through an index, a row could still be due to another row's CTAs.
-// Per CTA (512 threads, 16 warps):
+// Per CTA (16 math warps and a producer warp, step 73):
+//   the producer: after the lookup, the token's copy, FC1's chunks, then (once two thirds of FC1's have landed,
+//        so that FC1's bytes come first) FC2's, then it leaves. Issuing a bulk copy takes about 0.1 us, so the
+//        math warps, which issued nothing, start on the token as it lands instead of 2 us later.
 //   FC1: the token's bf16 row and hidden / 512 chunks of 9,216 bytes; warp w takes SwiGLU column 16p + w
-//        (its gate and up rows), lane l the chunk's k16 block l; the token is scaled by a power of two into
-//        [2^13, 2^14) and stored as f16; a block's 16 products sum in f16x2 (at most 96 in magnitude), are
-//        multiplied by the block's e4m3 scale in f16 (at most 43,008 < 65,504) and added in fp32.
+//        (its gate and up rows), lane l the chunk's k16 block l; each k16 block of the token is scaled by its
+//        own power of two into [2^13, 2^14) and stored as f16 (no CTA-wide maximum before the conversion); a
+//        block's 16 products sum in f16x2 (at most 96 in magnitude), are multiplied by the block's e4m3 scale
+//        in f16 (at most 43,008 < 65,504) and added in fp32 times the token block's 2^(14 - e).
 //   FC2: hidden / 1024 chunks; thread t takes output rows 4v .. 4v + 3 (v = t mod 256) of chunks t / 256,
 //        + 2, .. over the part's k16 block (the 16 SwiGLU values, likewise scaled into [2^13, 2^14) as f16).
 //   The bytes of each chunk and the decode: sm90_cc_layout.h.
@@ -36,6 +40,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -53,6 +58,7 @@
 #include "kernels/sm90_wgmma/sm90_family.h"
 #include "kernels/sm90_wgmma/sm90_pack.h"
 #include "kernels/sm90_wgmma/sm90_ptx.cuh"
+#include "kernels/sm90_wgmma/sm90_trace.cuh"
 
 namespace fp4moe {
 namespace sm90 {
@@ -62,9 +68,24 @@ namespace {
 // What a launch runs: FC1 alone (SwiGLU rows out), FC2 alone (FC1's rows in), or both (the chain).
 // The chain's forms are builds of their own, so that the plain chain carries neither's code: kCcSpread (the
 // spread form's slices and math) and kCcRoute (the routing prologue's call).
-enum CcMode : int { kCcFc1 = 1, kCcFc2 = 2, kCcChain = 3, kCcSpread = 4, kCcRoute = 8 };
+// kCcNoMath, in a build with FP4MOE_SM90_TRACE only (the timeline's diagnostic builds): the plain chain waits for
+// every chunk and does no math, so its output is wrong (FP4MOE_SM90_CC_NOMATH=1, timed only).
+enum CcMode : int { kCcFc1 = 1, kCcFc2 = 2, kCcChain = 3, kCcSpread = 4, kCcRoute = 8, kCcNoMath = 16 };
+// How a launch starts (CcParams::start): kCcEarlyTrigger, the next kernel of the stream is scheduled at this
+// one's start (griddepcontrol.launch_dependents; its CTAs take SMs as this one's leave and wait for its end in
+// their pdl_wait) instead of at its CTAs' exit.
+enum CcStart : int { kCcEarlyTrigger = 1 };
+constexpr int kCcStartDefault = kCcEarlyTrigger;
+constexpr int kCcMathWarps = kCcThreads / 32;
+// The math warps' barrier once the producer warp has gone its own way (named barrier 1).
+__device__ __forceinline__ void cc_math_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kCcThreads) : "memory"); }
 constexpr int kCcModes[] = {kCcFc1, kCcFc2, kCcChain, kCcChain | kCcSpread, kCcChain | kCcRoute,
-                            kCcChain | kCcSpread | kCcRoute};
+                            kCcChain | kCcSpread | kCcRoute
+#ifdef FP4MOE_SM90_TRACE
+                            ,
+                            kCcChain | kCcNoMath
+#endif
+};
 
 struct CcParams {
   const int32_t* offsets = nullptr;      // [E + 1]
@@ -88,6 +109,10 @@ struct CcParams {
   int route = 0;                         // the chain routes and groups its batch itself (GroupedGemmArgs::routing)
   RouteFront front;                      // ... as the fused front end does (common/front_block.cuh); a = token rows
   int fp32_out = 0;                      // the chain leaves FC2's fp32 rows to the caller (fp32_rows_to_caller)
+  int start = 0;                         // kCcStart* bits (FP4MOE_SM90_CC_EARLY_TRIGGER, read at init())
+  int fc2_after = -1;                    // the chain: FC2's copies once FC1's chunk fc2_after - 1 has landed (0: at
+                                         // the start with FC1's; -1: two thirds of FC1's chunks, 8 of 12 at hidden
+                                         // 6144; FP4MOE_SM90_CC_FC2_AFTER)
 };
 
 // *p += v at GPU scope with acquire-release semantics; the old value.
@@ -155,14 +180,16 @@ __device__ __noinline__ void cc_route_prologue(const RouteFront& f, uint8_t* are
 }
 
 template <int kMode>
-__global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
+__global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(const __grid_constant__ CcParams prm) {
   constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
   constexpr bool kSpread = (kMode & kCcSpread) != 0 && kFc1 && kFc2, kRoute = (kMode & kCcRoute) != 0 && kFc1 && kFc2;
+  constexpr bool kNoMath = (kMode & kCcNoMath) != 0;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int H = prm.hidden, I = prm.inter, R = kSpread ? prm.spread : 0;
   const int n1 = kFc1 ? H / kCcChunkK : 0, n2 = kFc2 ? H / kCcChunkRows : 0, nch = n1 + n2;
   const int row = static_cast<int>(blockIdx.x / prm.parts), p = static_cast<int>(blockIdx.x % prm.parts);
+  const int fc2_after = !(kFc1 && kFc2) ? 0 : prm.fc2_after < 0 ? 2 * n1 / 3 : min(prm.fc2_after, n1);
   // Shared memory: [the token bf16 (2H), its f16 copy (2H)] where FC1 runs, the chunks, [the spread form's
   // slices: n1 of FC1's, n2 of FC2's], nch + 1 barriers, the reduction floats (cc_smem_bytes,
   // cc_spread_smem_bytes).
@@ -172,16 +199,31 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   uint64_t* bars = reinterpret_cast<uint64_t*>(R > 0 ? spread2 + n2 * kCcSpread2Bytes : spread1);
   float* red = reinterpret_cast<float*>(bars + nch + 1);
   int* red_i = reinterpret_cast<int*>(red);
+  // The lookup's results (expert, token row, spread form) in red[16..18]: free until FC1's sums, which every
+  // math warp writes only after a barrier that each passes once it has read them.
+  int* look = red_i + 16;
 
+  if (prm.start & kCcEarlyTrigger) pdl_launch_dependents();
+  const bool producer = warp == kCcMathWarps;
+  if (producer && lane == 0) {  // nothing of an earlier kernel is read: the barriers' own shared memory
+    for (int c = 0; c <= nch; ++c) mbar_init(&bars[c], 1);
+    fence_barrier_init();
+  }
   pdl_wait();  // the offsets (or logits), the rows and the workspace come from earlier kernels of the stream
+  // The timeline (a build with FP4MOE_SM90_TRACE, sm90_trace.cuh; the chained slot): kCcTrace* words.
+  if (tid == 0) {
+    FP4MOE_TRACE_PUT(2, 0, FP4MOE_TRACE_SMID());
+    FP4MOE_TRACE_PUT(2, 1, FP4MOE_TRACE_NOW());
+    FP4MOE_TRACE_PUT(2, 3, nch);
+  }
   if (kRoute) {
     RouteFront* s_front = reinterpret_cast<RouteFront*>(chunks + kFrontAreaRouteFront);
     if (tid == 0) *s_front = prm.front;  // constant-bank loads here, shared-memory loads in the call
     __syncthreads();
-    cc_route_prologue(*s_front, chunks, prm.experts, row, R, red_i);
+    cc_route_prologue(*s_front, chunks, prm.experts, row, R, look);
   } else if (warp == 0) {
     const int e = cc_find_expert(prm.offsets, prm.experts, row, lane);
-    if (lane == 0) red_i[0] = e;
+    if (lane == 0) look[0] = e;
   } else if (warp == 1) {  // beside the lookup (the index has total_rows entries, all readable)
     // Lane 0: this row's token row. The spread form (R > 0, the chain through an index): lanes 1 .. R + 1 read
     // rows 0 .. R's, lane 2 offsets[E - 1] and offsets[E]; every CTA takes the spread form only where all
@@ -196,13 +238,14 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
       ok = __all_sync(0xFFFFFFFFu, (lane == 0 || lane > R + 1 || v == first) && bounds) ? 1 : 0;
     }
     if (lane == 0) {
-      red_i[1] = v;
-      red_i[2] = ok;
+      look[1] = v;
+      look[2] = ok;
     }
   }
-  __syncthreads();
-  const int e = red_i[0], src = red_i[1];
-  const bool spread = kSpread && red_i[2] != 0;
+  __syncthreads();  // the lookup's results and the initialised barriers, for every thread (the last of the CTA's)
+  if (tid == 0) FP4MOE_TRACE_PUT(2, 4, FP4MOE_TRACE_NOW());
+  const int e = look[0], src = look[1];
+  const bool spread = kSpread && look[2] != 0;
   if (e < 0) return;  // a row past offsets[E]: nothing to do, nothing issued
   if (spread && row >= R) return;  // the last expert's row: spread over the other rows' CTAs
   const bool last = e == prm.experts - 1;
@@ -220,56 +263,74 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   const uint8_t* src2 =
       kFc2 ? (own2 ? prm.w2_last : prm.w2) + cc_chunk_offset(false, H, I, own2 ? 0 : e, p, 0) : nullptr;
   const uint16_t* arow = prm.a + static_cast<int64_t>(src) * prm.a_ld;
-  if (tid == 0) {
-    for (int c = 0; c <= nch; ++c) mbar_init(&bars[c], 1);
-    fence_barrier_init();
-    if (kFc1) {
-      mbar_arrive_expect_tx(&bars[nch], 2 * H);
-      bulk_copy_g2s(smem, arow, 2 * H, &bars[nch], policy_evict_normal());
-    }
+  // Copy c of the launch: c < n1 FC1's chunk c, c < nch FC2's chunk c - n1, c = nch the token (FC1), each
+  // completing on bars[c] (the spread form's slices with their chunk).
+  auto issue = [&](int c) {
     const uint64_t policy = policy_evict_first();  // each weight byte is read once
-    const uint8_t* l1 = spread ? prm.w1_last + cc_chunk_offset(true, H, I, 0, q / 8, 0) : nullptr;
-    const uint8_t* l2 = spread ? prm.w2_last + cc_chunk_offset(false, H, I, 0, q / 8, 0) : nullptr;
     const int j = q % 8;
-    for (int c = 0; c < n1; ++c) {
+    if (c == nch) {
+      if (kFc1) {
+        mbar_arrive_expect_tx(&bars[nch], 2 * H);
+        bulk_copy_g2s(smem, arow, 2 * H, &bars[nch], policy_evict_normal());
+      }
+    } else if (c < n1) {
       const uint8_t* g = src1 + static_cast<int64_t>(c) * kCcChunkBytes;
       mbar_arrive_expect_tx(&bars[c], kCcChunkBytes + (spread ? kCcSpread1Bytes : 0));
       bulk_copy_g2s(chunks + c * kCcChunkBytes, g, kCcChunkBytes, &bars[c], policy);
       if (spread) {  // the pair's 64 units: their code bytes, then their scale bytes
-        const uint8_t* gl = l1 + static_cast<int64_t>(c) * kCcChunkBytes;
+        const uint8_t* gl = prm.w1_last + cc_chunk_offset(true, H, I, 0, q / 8, c);
         bulk_copy_g2s(spread1 + c * kCcSpread1Bytes, gl + 1024 * j, 1024, &bars[c], policy);
         bulk_copy_g2s(spread1 + c * kCcSpread1Bytes + 1024, gl + kCcCodeBytes + 128 * j, 128, &bars[c], policy);
       }
-    }
-    for (int f = 0; f < n2; ++f) {
-      mbar_arrive_expect_tx(&bars[n1 + f], kCcChunkBytes + (spread ? kCcSpread2Bytes : 0));
-      bulk_copy_g2s(chunks + (n1 + f) * kCcChunkBytes, src2 + static_cast<int64_t>(f) * kCcChunkBytes,
-                    kCcChunkBytes, &bars[n1 + f], policy);
+    } else {
+      const int f = c - n1;
+      mbar_arrive_expect_tx(&bars[c], kCcChunkBytes + (spread ? kCcSpread2Bytes : 0));
+      bulk_copy_g2s(chunks + c * kCcChunkBytes, src2 + static_cast<int64_t>(f) * kCcChunkBytes, kCcChunkBytes,
+                    &bars[c], policy);
       if (spread) {  // the pair's plane, then the chunk's row scales
-        const uint8_t* gl = l2 + static_cast<int64_t>(f) * kCcChunkBytes;
-        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes, gl + 1024 * j, 1024, &bars[n1 + f], policy);
-        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes + 1024, gl + kCcCodeBytes, 1024, &bars[n1 + f],
+        const uint8_t* gl = prm.w2_last + cc_chunk_offset(false, H, I, 0, q / 8, f);
+        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes, gl + 1024 * j, 1024, &bars[c], policy);
+        bulk_copy_g2s(spread2 + f * kCcSpread2Bytes + 1024, gl + kCcCodeBytes, 1024, &bars[c],
                       policy_evict_normal());  // the 8 CTAs of the part read these scales
       }
     }
+  };
+  // The producer warp: the token first, FC1's chunks, then FC2's (at once, or once FC1's chunk fc2_after - 1
+  // has landed, so that FC1's bytes come first), then it leaves; the math warps go on without it.
+  if (producer) {
+    if (lane == 0) {
+      issue(nch);
+      for (int c = 0; c < n1; ++c) issue(c);
+      if (fc2_after > 0) mbar_wait(&bars[fc2_after - 1], 0);
+      for (int c = n1; c < nch; ++c) issue(c);
+      FP4MOE_TRACE_PUT(2, 5, FP4MOE_TRACE_NOW());
+    }
+    return;
   }
-  __syncthreads();  // the barriers initialised; red_i read by every thread
 
-  int ex = 0;  // the token's prescale (FC1)
+  // FC1's sums come out unscaled (each block's own prescale undone as it is added): SwiGLU's 2^(14 - ex) is 1.
+  constexpr int ex = 14;
   if constexpr (kFc1) {
-    // The token: its largest magnitude, then the f16 copy times 2^ex (block kb's k 0..7 at 16 kb, its
-    // k 8..15 at H + 16 kb, so that a warp's 32 lanes read 512 contiguous bytes).
+    // The token: each k16 block b (thread b; check_cc_tactic bounds hidden by 16 kCcThreads) times its own
+    // power of two 2^e_b, which puts the block's largest magnitude into [2^13, 2^14), as f16 (block b's k 0..7 at
+    // 16 b, its k 8..15 at H + 16 b, so that a warp's 32 lanes read 512 contiguous bytes); then, the bf16 copy
+    // read, 2^(14 - e_b) as a float at 4 b of its area, by which the FC1 loop multiplies the block's sums (the
+    // codes' 2^-14 and the block's 2^e_b undone). No CTA-wide maximum, so no barrier before the conversion.
     const uint32_t x_s = smem_addr(smem), xh_s = smem_addr(smem + 2 * H);
+    float* unscale = reinterpret_cast<float*>(smem);
     mbar_wait(&bars[nch], 0);
-    float m = 0.f;
-    for (int b = tid; b < H / 16; b += kCcThreads)
-      m = cc_max_abs_bf16x16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), m);
-    ex = cc_prescale(cc_cta_max(m, red, kCcThreads / 32));
-    const float sx = e4m3_pow2(ex);
-    for (int b = tid; b < H / 16; b += kCcThreads)
-      cc_token_block_to_f16(ld_shared_u4(x_s + 32 * b), ld_shared_u4(x_s + 32 * b + 16), sx, smem + 2 * H + 16 * b,
-                            smem + 3 * H + 16 * b);
-    __syncthreads();  // the f16 token written; red[] free again
+    if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceToken, FP4MOE_TRACE_NOW());
+    float us = 0.f;
+    if (tid < H / 16) {
+      const uint4 v0 = ld_shared_u4(x_s + 32 * tid), v1 = ld_shared_u4(x_s + 32 * tid + 16);
+      const int eb = cc_prescale(cc_max_abs_bf16x16(v0, v1, 0.f));
+      cc_token_block_to_f16(v0, v1, e4m3_pow2(eb), smem + 2 * H + 16 * tid, smem + 3 * H + 16 * tid);
+      us = e4m3_pow2(14 - eb);
+    }
+    cc_math_sync();  // the bf16 copy read, the f16 one written
+    if (tid < H / 16) unscale[tid] = us;
+    cc_math_sync();  // the blocks' unscales
+    if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceToken + 1, FP4MOE_TRACE_NOW());
 
     // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32. The spread form:
     // in chunk c, warps 4(c mod 4) .. + 3 also take the pair's column (w mod 4) / 2, its gate (w even) or up
@@ -280,13 +341,17 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
     float accg = 0.f, accu = 0.f, accp = 0.f;
     for (int c = 0; c < n1; ++c) {
       mbar_wait(&bars[c], 0);
+      if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceChunks + c, FP4MOE_TRACE_NOW());
+      if constexpr (kNoMath) continue;
       const float2 gu = cc_fc1_unit(chunk_s + c * kCcChunkBytes, 32 * warp + lane, xh_s, H, 32 * c + lane);
-      accg += gu.x;
-      accu += gu.y;
+      const float ub = unscale[32 * c + lane];
+      accg = fmaf(gu.x, ub, accg);
+      accu = fmaf(gu.y, ub, accu);
       if (spread && (warp >> 2) == (c & 3)) {
         const uint32_t base = spread_s + c * kCcSpread1Bytes;
-        accp += cc_fc1_row(base + 16 * pair_unit + 8 * pair_half, base + 1024 + 2 * pair_unit + pair_half,
-                           cc_token_block(xh_s, H, 32 * c + lane));
+        accp = fmaf(cc_fc1_row(base + 16 * pair_unit + 8 * pair_half, base + 1024 + 2 * pair_unit + pair_half,
+                               cc_token_block(xh_s, H, 32 * c + lane)),
+                    ub, accp);
       }
     }
 #pragma unroll
@@ -297,6 +362,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
     // Warp w's SwiGLU column (cc_swiglu_bf16): to h and to red[32 + w]; its share of the pair's sums to
     // red[16 + w] (the four warps of a row's share added in warp order after the barrier).
     if (lane == 0) {
+      if (warp == 0) FP4MOE_TRACE_PUT(2, kCcTraceFc1Done, FP4MOE_TRACE_NOW());
       const uint16_t rounded = cc_swiglu_bf16(accg, accu, ex, sg, su);
       prm.h[static_cast<int64_t>(row) * I + kCcCols * p + warp] = rounded;
       red[32 + warp] = bf16_bits_to_f32(rounded);
@@ -312,7 +378,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
   }
 
   if constexpr (kFc2) {
-    __syncthreads();  // the 16 SwiGLU values in red[32..47] (the spread form: the pair's sums in red[16..31])
+    cc_math_sync();  // the 16 SwiGLU values in red[32..47] (the spread form: the pair's sums in red[16..31])
     uint32_t hv[8];
     const int eh = cc_row_to_f16x2(red + 32, hv);
     const float unscale2 = e4m3_pow2(14 - eh) * s2e;
@@ -340,8 +406,11 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
     const uint32_t chunk_s = smem_addr(chunks), spread_s = smem_addr(spread2);
     // Thread t: rows 4v .. 4v + 3 (v = t mod 256) of the chunks f = t / 256, + 2, ...
     const int v = tid & 255;
+    if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceFc1Done + 1, FP4MOE_TRACE_NOW());
     for (int f = tid >> 8; f < n2; f += 2) {
       mbar_wait(&bars[n1 + f], 0);
+      if (v == 0) FP4MOE_TRACE_PUT(2, kCcTraceChunks + n1 + f, FP4MOE_TRACE_NOW());
+      if constexpr (kNoMath) continue;
       const float4 s = cc_fc2_quad(chunk_s + (n1 + f) * kCcChunkBytes, v, hv);
       float* dst = acc_row + kCcChunkRows * f + 4 * v;
       asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(s.x * unscale2),
@@ -356,6 +425,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
                      : "memory");
       }
     }
+    if (v == 0) FP4MOE_TRACE_PUT(2, kCcTraceFc2Done + (tid >> 8), FP4MOE_TRACE_NOW());
     if (prm.fp32_out) return;  // the caller reads the fp32 rows, rounds them to bf16 and zeroes them
     // A row's last CTA to arrive converts the fp32 row to bf16 and zeroes it and the counter: every
     // thread's adds fenced at GPU scope (acq_rel, not the sequentially consistent fence __threadfence
@@ -364,12 +434,12 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
     // CTA's reads after every other CTA's adds). The spread form counts the last expert's row R too, to
     // which all R x parts CTAs add.
     fence_acq_rel_gpu();
-    __syncthreads();
+    cc_math_sync();
     if (tid == 0) {
       red_i[0] = atomic_add_acq_rel_gpu(prm.counters + row, 1) == prm.parts - 1;
       red_i[1] = spread && atomic_add_acq_rel_gpu(prm.counters + R, 1) == R * prm.parts - 1;
     }
-    __syncthreads();
+    cc_math_sync();
     for (int k = 0; k < 2; ++k) {
       if (!red_i[k]) continue;
       const int rr = k == 0 ? row : R;
@@ -395,6 +465,7 @@ __global__ void __launch_bounds__(kCcThreads, 1) sm90_cc_resident_kernel(const _
       }
       if (tid == 0) prm.counters[rr] = 0;
     }
+    if (tid == 0) FP4MOE_TRACE_PUT(2, 2, FP4MOE_TRACE_NOW());
   }
 }
 
@@ -406,6 +477,9 @@ CcKernel cc_kernel(int mode) {
     case kCcChain | kCcSpread: return &sm90_cc_resident_kernel<kCcChain | kCcSpread>;
     case kCcChain | kCcRoute: return &sm90_cc_resident_kernel<kCcChain | kCcRoute>;
     case kCcChain | kCcSpread | kCcRoute: return &sm90_cc_resident_kernel<kCcChain | kCcSpread | kCcRoute>;
+#ifdef FP4MOE_SM90_TRACE
+    case kCcChain | kCcNoMath: return &sm90_cc_resident_kernel<kCcChain | kCcNoMath>;
+#endif
     default: return &sm90_cc_resident_kernel<kCcChain>;
   }
 }
@@ -462,6 +536,20 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
     smem_limit_ = s ? limit : 0;
     spread_on_ = env_switch("FP4MOE_SM90_CC_SPREAD", true);  // the chain's spread form; 0: the control
+    start_ = env_switch("FP4MOE_SM90_CC_EARLY_TRIGGER", kCcStartDefault & kCcEarlyTrigger) ? kCcEarlyTrigger : 0;
+#ifdef FP4MOE_SM90_TRACE
+    variant_ = env_switch("FP4MOE_SM90_CC_NOMATH", false) ? kCcNoMath : 0;
+#endif
+    fc2_after_ = -1;
+    if (s && env_is_set("FP4MOE_SM90_CC_FC2_AFTER")) {
+      long v = 0;
+      if (!env_integer_in(std::getenv("FP4MOE_SM90_CC_FC2_AFTER"), 0, 64, &v))
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("{}: FP4MOE_SM90_CC_FC2_AFTER takes 0..64 (FC2's copies once FC1's chunk N - 1 "
+                                  "has landed; 0 at the start with FC1's; unset, two thirds of FC1's), found '{}'",
+                                  desc_.name, std::getenv("FP4MOE_SM90_CC_FC2_AFTER")));
+      fc2_after_ = static_cast<int>(v);
+    }
     return s;
   }
 
@@ -529,7 +617,8 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     if (a1.last_expert_weights != nullptr && (a1.a_row_index != nullptr || prm.route) &&
         p1.total_rows == kCcSpreadRows + 1 && cc_spread_smem_bytes(prm.hidden) <= smem_limit_ && spread_on_)
       prm.spread = kCcSpreadRows;
-    return launch(kCcChain | (prm.spread > 0 ? kCcSpread : 0) | (prm.route ? kCcRoute : 0), prm, p1, stream);
+    const int variant = prm.spread > 0 || prm.route ? 0 : variant_;
+    return launch(kCcChain | (prm.spread > 0 ? kCcSpread : 0) | (prm.route ? kCcRoute : 0) | variant, prm, p1, stream);
   }
 
  private:
@@ -627,14 +716,20 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                     fmt::format("{}: {} needs {} bytes of shared memory per block, the device allows {}", desc_.name,
                                 p.to_string(), smem, smem_limit_));
     const dim3 grid(static_cast<unsigned>(p.total_rows * prm.parts));
-    return cuda_status(launch_pdl(cc_kernel(mode), grid, dim3(kCcThreads), static_cast<size_t>(smem),
-                                  reinterpret_cast<cudaStream_t>(stream), prm),
+    CcParams q = prm;
+    q.start = start_;
+    q.fc2_after = fc2_after_;
+    return cuda_status(launch_pdl(cc_kernel(mode), grid, dim3(kCcLaunchThreads), static_cast<size_t>(smem),
+                                  reinterpret_cast<cudaStream_t>(stream), q),
                        "kernel launch", desc_.name);
   }
 
   TacticDesc desc_;
   int smem_limit_ = 0;
   bool spread_on_ = true;  // FP4MOE_SM90_CC_SPREAD, read at init()
+  int start_ = 0;          // CcStart bits: FP4MOE_SM90_CC_EARLY_TRIGGER, read at init()
+  int fc2_after_ = -1;     // FP4MOE_SM90_CC_FC2_AFTER, read at init(); -1: CcParams::fc2_after's default
+  int variant_ = 0;        // kCcNoMath in a build with FP4MOE_SM90_TRACE and FP4MOE_SM90_CC_NOMATH=1
 };
 
 size_t cc_bytes(const GemmProblem& p) { return cc_packed_bytes_of(p); }
@@ -663,6 +758,16 @@ Status pack_cc_device(const GemmProblem& p, const void* canonical, void* dst, St
       fc1, static_cast<const uint8_t*>(canonical), p.num_experts, fc1 ? p.k : p.n, fc1 ? p.n : p.k,
       static_cast<uint8_t*>(dst), units);
   return cuda_status(cudaGetLastError(), "cc_pack_kernel launch", "kSm90Cc pack");
+}
+
+Status cc_set_trace_buffer(void* buffer) {
+#ifdef FP4MOE_SM90_TRACE
+  auto* t = static_cast<unsigned long long*>(buffer);
+  return cuda_status(cudaMemcpyToSymbol(g_trace, &t, sizeof(t)), "cudaMemcpyToSymbol(g_trace)", "sm90 cc trace");
+#else
+  (void)buffer;
+  return Status::ok();
+#endif
 }
 
 Status cc_kernel_resources(cudaFuncAttributes* out) {

@@ -17,6 +17,7 @@
 
 #include "common/env.h"
 #include "kernels/families.h"
+#include "kernels/sm90_wgmma/sm90_cc.h"
 #include "kernels/sm90_wgmma/sm90_chain_routing.cuh"
 #include "kernels/sm90_wgmma/sm90_family.h"
 #include "kernels/sm90_wgmma/sm90_names.h"
@@ -411,7 +412,9 @@ Status kernel_resources(const std::string& tactic_name, cudaFuncAttributes* out)
 Status set_trace_buffer(void* buffer) {
 #ifdef FP4MOE_SM90_TRACE
   auto* p = static_cast<unsigned long long*>(buffer);
-  return cuda_status(cudaMemcpyToSymbol(g_trace, &p, sizeof(p)), "cudaMemcpyToSymbol(g_trace)", "sm90 trace");
+  const Status st =
+      cuda_status(cudaMemcpyToSymbol(g_trace, &p, sizeof(p)), "cudaMemcpyToSymbol(g_trace)", "sm90 trace");
+  return st ? cc_set_trace_buffer(buffer) : st;
 #else
   (void)buffer;
   return Status(StatusCode::kUnsupported, "the sm90 family was built without FP4MOE_SM90_TRACE (no timeline records)");
