@@ -15,8 +15,10 @@
 // measured 1-2% faster at decode and the whole GPU check, racecheck included, passes with it on. The
 // kernels call pdl_wait() either way (a no-op without the attribute) and trigger only at exit: with
 // early triggers the next GEMM's CTAs took SM slots the shared expert's side stream needed (T = 8
-// forward 489 -> 507 us). The exception is the sm90 resident tactic (one wave, no side stream beside it),
-// which triggers at its start: 0.1-0.2 us a layer (docs/perf.md, sm90 step 73; FP4MOE_SM90_CC_EARLY_TRIGGER=0).
+// forward 489 -> 507 us). The exception is the sm90 resident tactic, which triggers at its start: 0.1-0.2 us a
+// layer where the engine's heuristic takes it (one wave, the shared expert folded into its launch; docs/perf.md,
+// sm90 step 73). Forced by name beside the side stream's shared expert, or with FP4MOE_FOLD_SHARED=0, the early
+// trigger may cost the side stream SMs as before: FP4MOE_SM90_CC_EARLY_TRIGGER=0 turns it off.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -50,8 +50,9 @@
 // the engine runs it; every CTA's per-item times go to FILE as CSV (tools/sm90_timeline.py summarises).
 // Where the best chain is the resident tactic, a fourth replay runs it as the forward does (through the index,
 // FC2's fp32 rows left to the caller), and each replay but the pair's prints the tactic's own timeline on
-// stdout ("cc timeline": each of sm90_cc.h's kCcTrace* words, p50 and max over the CTAs); in such a build,
-// FP4MOE_SM90_CC_NOMATH=1 makes its plain chain wait for every chunk and do no math (wrong output, timed only).
+// stdout instead of FILE ("cc timeline": each of sm90_cc.h's kCcTrace* words of the chained launch, p50 and
+// max over the CTAs); in such a build, FP4MOE_SM90_CC_NOMATH=1 makes its plain chain wait for every chunk and
+// do no math (wrong output, timed only).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -497,7 +498,7 @@ void print_cc_timeline(const std::vector<unsigned long long>& rec, const std::st
   words.push_back({sm90::kCcTraceFc1Done + 1, "FC2 start"});
   words.push_back({sm90::kCcTraceFc2Done, "FC2 done (even chunks)"});
   words.push_back({sm90::kCcTraceFc2Done + 1, "FC2 done (odd chunks)"});
-  words.push_back({2, "exit (row converted)"});
+  words.push_back({2, "exit"});
   fmt::print("cc timeline {} ({} copies; us from the first entry, p50 / max over CTAs):\n", what, nch);
   for (const auto& [w, name] : words) {
     std::vector<double> v;
@@ -1151,7 +1152,8 @@ int run(int argc, char** argv) {
         SM90_CUDA_OK(cudaStreamSynchronize(s));
         std::vector<unsigned long long> rec(trace_buf->size() / 8);
         trace_buf->download(rec.data(), trace_buf->size());
-        fmt::print(trace_out.get(), "{}", sm90::trace_csv_rows(rec, fmt::format("{},{},", T, runs[run])));
+        // The resident tactic's words are not the wgmma items' CSV layout: its timeline goes to stdout instead.
+        if (!cc) fmt::print(trace_out.get(), "{}", sm90::trace_csv_rows(rec, fmt::format("{},{},", T, runs[run])));
         if (cc && run != 1) print_cc_timeline(rec, fmt::format("T={} {}", T, runs[run]));
       }
       cudaEventDestroy(fork);

@@ -6,7 +6,7 @@
 // one of wgmma's eight N columns and split FC1 by K across CTAs (M = 64 weight rows), so FC2 waited for a
 // publication of FC1's sums: the chain measured 20.2 us against an 8.5 us target. Step 66's probe
 // (tests/sm90/resident_cc.cu) gave each CTA whole SwiGLU columns over all of K and reached 10.7 us with
-// its output's memset. This tactic is that design made general (any row count, hidden a multiple of 1024,
+// its output's memset. This tactic is that design made general (any row count, hidden a multiple of 1024 up to 8192,
 // inter a multiple of 16, up to 1024 experts, the folded last expert) with two changes:
 //   - the grid is rows x parts: CTA (r, p) finds row r's expert in the offsets (one round trip: a warp's
 //     lanes read all the bounds at once and count those at or below r) and leaves at once when r is past
@@ -71,11 +71,6 @@ namespace {
 // kCcNoMath, in a build with FP4MOE_SM90_TRACE only (the timeline's diagnostic builds): the plain chain waits for
 // every chunk and does no math, so its output is wrong (FP4MOE_SM90_CC_NOMATH=1, timed only).
 enum CcMode : int { kCcFc1 = 1, kCcFc2 = 2, kCcChain = 3, kCcSpread = 4, kCcRoute = 8, kCcNoMath = 16 };
-// How a launch starts (CcParams::start): kCcEarlyTrigger, the next kernel of the stream is scheduled at this
-// one's start (griddepcontrol.launch_dependents; its CTAs take SMs as this one's leave and wait for its end in
-// their pdl_wait) instead of at its CTAs' exit.
-enum CcStart : int { kCcEarlyTrigger = 1 };
-constexpr int kCcStartDefault = kCcEarlyTrigger;
 constexpr int kCcMathWarps = kCcThreads / 32;
 // The math warps' barrier once the producer warp has gone its own way (named barrier 1).
 __device__ __forceinline__ void cc_math_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kCcThreads) : "memory"); }
@@ -109,7 +104,10 @@ struct CcParams {
   int route = 0;                         // the chain routes and groups its batch itself (GroupedGemmArgs::routing)
   RouteFront front;                      // ... as the fused front end does (common/front_block.cuh); a = token rows
   int fp32_out = 0;                      // the chain leaves FC2's fp32 rows to the caller (fp32_rows_to_caller)
-  int start = 0;                         // kCcStart* bits (FP4MOE_SM90_CC_EARLY_TRIGGER, read at init())
+  // The next kernel of the stream scheduled at this one's start (griddepcontrol.launch_dependents: its CTAs take
+  // SMs as this one's leave and wait for its end in their pdl_wait) instead of at its CTAs' exit; 0 with
+  // FP4MOE_SM90_CC_EARLY_TRIGGER=0.
+  int early_trigger = 1;
   int fc2_after = -1;                    // the chain: FC2's copies once FC1's chunk fc2_after - 1 has landed (0: at
                                          // the start with FC1's; -1: two thirds of FC1's chunks, 8 of 12 at hidden
                                          // 6144; FP4MOE_SM90_CC_FC2_AFTER)
@@ -184,6 +182,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
   constexpr bool kFc1 = (kMode & kCcFc1) != 0, kFc2 = (kMode & kCcFc2) != 0;
   constexpr bool kSpread = (kMode & kCcSpread) != 0 && kFc1 && kFc2, kRoute = (kMode & kCcRoute) != 0 && kFc1 && kFc2;
   constexpr bool kNoMath = (kMode & kCcNoMath) != 0;
+  constexpr int kSlot = kFc1 && kFc2 ? 2 : (kFc1 ? 0 : 1);  // the timeline's slot (sm90_trace.cuh): chained, FC1, FC2
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int H = prm.hidden, I = prm.inter, R = kSpread ? prm.spread : 0;
@@ -203,18 +202,18 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
   // math warp writes only after a barrier that each passes once it has read them.
   int* look = red_i + 16;
 
-  if (prm.start & kCcEarlyTrigger) pdl_launch_dependents();
+  if (prm.early_trigger) pdl_launch_dependents();
   const bool producer = warp == kCcMathWarps;
   if (producer && lane == 0) {  // nothing of an earlier kernel is read: the barriers' own shared memory
     for (int c = 0; c <= nch; ++c) mbar_init(&bars[c], 1);
     fence_barrier_init();
   }
   pdl_wait();  // the offsets (or logits), the rows and the workspace come from earlier kernels of the stream
-  // The timeline (a build with FP4MOE_SM90_TRACE, sm90_trace.cuh; the chained slot): kCcTrace* words.
+  // The timeline (a build with FP4MOE_SM90_TRACE, sm90_trace.cuh, in the launch's slot): kCcTrace* words.
   if (tid == 0) {
-    FP4MOE_TRACE_PUT(2, 0, FP4MOE_TRACE_SMID());
-    FP4MOE_TRACE_PUT(2, 1, FP4MOE_TRACE_NOW());
-    FP4MOE_TRACE_PUT(2, 3, nch);
+    FP4MOE_TRACE_PUT(kSlot, 0, FP4MOE_TRACE_SMID());
+    FP4MOE_TRACE_PUT(kSlot, 1, FP4MOE_TRACE_NOW());
+    FP4MOE_TRACE_PUT(kSlot, 3, nch);
   }
   if (kRoute) {
     RouteFront* s_front = reinterpret_cast<RouteFront*>(chunks + kFrontAreaRouteFront);
@@ -243,7 +242,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
     }
   }
   __syncthreads();  // the lookup's results and the initialised barriers, for every thread (the last of the CTA's)
-  if (tid == 0) FP4MOE_TRACE_PUT(2, 4, FP4MOE_TRACE_NOW());
+  if (tid == 0) FP4MOE_TRACE_PUT(kSlot, 4, FP4MOE_TRACE_NOW());
   const int e = look[0], src = look[1];
   const bool spread = kSpread && look[2] != 0;
   if (e < 0) return;  // a row past offsets[E]: nothing to do, nothing issued
@@ -303,7 +302,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
       for (int c = 0; c < n1; ++c) issue(c);
       if (fc2_after > 0) mbar_wait(&bars[fc2_after - 1], 0);
       for (int c = n1; c < nch; ++c) issue(c);
-      FP4MOE_TRACE_PUT(2, 5, FP4MOE_TRACE_NOW());
+      FP4MOE_TRACE_PUT(kSlot, 5, FP4MOE_TRACE_NOW());
     }
     return;
   }
@@ -319,7 +318,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
     const uint32_t x_s = smem_addr(smem), xh_s = smem_addr(smem + 2 * H);
     float* unscale = reinterpret_cast<float*>(smem);
     mbar_wait(&bars[nch], 0);
-    if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceToken, FP4MOE_TRACE_NOW());
+    if (tid == 0) FP4MOE_TRACE_PUT(kSlot, kCcTraceToken, FP4MOE_TRACE_NOW());
     float us = 0.f;
     if (tid < H / 16) {
       const uint4 v0 = ld_shared_u4(x_s + 32 * tid), v1 = ld_shared_u4(x_s + 32 * tid + 16);
@@ -330,7 +329,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
     cc_math_sync();  // the bf16 copy read, the f16 one written
     if (tid < H / 16) unscale[tid] = us;
     cc_math_sync();  // the blocks' unscales
-    if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceToken + 1, FP4MOE_TRACE_NOW());
+    if (tid == 0) FP4MOE_TRACE_PUT(kSlot, kCcTraceToken + 1, FP4MOE_TRACE_NOW());
 
     // Warp w's gate and up rows, lane l's k16 block of each chunk: (gate, up) sums in fp32. The spread form:
     // in chunk c, warps 4(c mod 4) .. + 3 also take the pair's column (w mod 4) / 2, its gate (w even) or up
@@ -341,7 +340,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
     float accg = 0.f, accu = 0.f, accp = 0.f;
     for (int c = 0; c < n1; ++c) {
       mbar_wait(&bars[c], 0);
-      if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceChunks + c, FP4MOE_TRACE_NOW());
+      if (tid == 0) FP4MOE_TRACE_PUT(kSlot, kCcTraceChunks + c, FP4MOE_TRACE_NOW());
       if constexpr (kNoMath) continue;
       const float2 gu = cc_fc1_unit(chunk_s + c * kCcChunkBytes, 32 * warp + lane, xh_s, H, 32 * c + lane);
       const float ub = unscale[32 * c + lane];
@@ -362,7 +361,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
     // Warp w's SwiGLU column (cc_swiglu_bf16): to h and to red[32 + w]; its share of the pair's sums to
     // red[16 + w] (the four warps of a row's share added in warp order after the barrier).
     if (lane == 0) {
-      if (warp == 0) FP4MOE_TRACE_PUT(2, kCcTraceFc1Done, FP4MOE_TRACE_NOW());
+      if (warp == 0) FP4MOE_TRACE_PUT(kSlot, kCcTraceFc1Done, FP4MOE_TRACE_NOW());
       const uint16_t rounded = cc_swiglu_bf16(accg, accu, ex, sg, su);
       prm.h[static_cast<int64_t>(row) * I + kCcCols * p + warp] = rounded;
       red[32 + warp] = bf16_bits_to_f32(rounded);
@@ -406,10 +405,10 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
     const uint32_t chunk_s = smem_addr(chunks), spread_s = smem_addr(spread2);
     // Thread t: rows 4v .. 4v + 3 (v = t mod 256) of the chunks f = t / 256, + 2, ...
     const int v = tid & 255;
-    if (tid == 0) FP4MOE_TRACE_PUT(2, kCcTraceFc1Done + 1, FP4MOE_TRACE_NOW());
+    if (tid == 0) FP4MOE_TRACE_PUT(kSlot, kCcTraceFc1Done + 1, FP4MOE_TRACE_NOW());
     for (int f = tid >> 8; f < n2; f += 2) {
       mbar_wait(&bars[n1 + f], 0);
-      if (v == 0) FP4MOE_TRACE_PUT(2, kCcTraceChunks + n1 + f, FP4MOE_TRACE_NOW());
+      if (v == 0) FP4MOE_TRACE_PUT(kSlot, kCcTraceChunks + n1 + f, FP4MOE_TRACE_NOW());
       if constexpr (kNoMath) continue;
       const float4 s = cc_fc2_quad(chunk_s + (n1 + f) * kCcChunkBytes, v, hv);
       float* dst = acc_row + kCcChunkRows * f + 4 * v;
@@ -425,7 +424,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
                      : "memory");
       }
     }
-    if (v == 0) FP4MOE_TRACE_PUT(2, kCcTraceFc2Done + (tid >> 8), FP4MOE_TRACE_NOW());
+    if (v == 0) FP4MOE_TRACE_PUT(kSlot, kCcTraceFc2Done + (tid >> 8), FP4MOE_TRACE_NOW());
     if (prm.fp32_out) return;  // the caller reads the fp32 rows, rounds them to bf16 and zeroes them
     // A row's last CTA to arrive converts the fp32 row to bf16 and zeroes it and the counter: every
     // thread's adds fenced at GPU scope (acq_rel, not the sequentially consistent fence __threadfence
@@ -465,7 +464,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
       }
       if (tid == 0) prm.counters[rr] = 0;
     }
-    if (tid == 0) FP4MOE_TRACE_PUT(2, 2, FP4MOE_TRACE_NOW());
+    if (tid == 0) FP4MOE_TRACE_PUT(kSlot, 2, FP4MOE_TRACE_NOW());
   }
 }
 
@@ -536,7 +535,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", desc_.name);
     smem_limit_ = s ? limit : 0;
     spread_on_ = env_switch("FP4MOE_SM90_CC_SPREAD", true);  // the chain's spread form; 0: the control
-    start_ = env_switch("FP4MOE_SM90_CC_EARLY_TRIGGER", kCcStartDefault & kCcEarlyTrigger) ? kCcEarlyTrigger : 0;
+    early_trigger_ = env_switch("FP4MOE_SM90_CC_EARLY_TRIGGER", true);
 #ifdef FP4MOE_SM90_TRACE
     variant_ = env_switch("FP4MOE_SM90_CC_NOMATH", false) ? kCcNoMath : 0;
 #endif
@@ -669,6 +668,11 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                     fmt::format("{}: unsupported problem {}{}", desc_.name, p.to_string(),
                                 why.empty() ? "" : ": " + why));
     const int64_t hidden = fc1 ? p.k : p.n;
+    if (hidden > 16 * kCcThreads)
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{}: unsupported problem {}: handles a hidden size of at most {} (one k16 block of "
+                                "the token a math thread)",
+                                desc_.name, p.to_string(), 16 * kCcThreads));
     if (args.a_ld % 8 != 0 || args.a_ld < p.k || !aligned16(args.a) || !aligned16(args.weights) ||
         !aligned16(args.last_expert_weights) || !aligned16(args.out))
       return Status(StatusCode::kInvalidArgument,
@@ -707,7 +711,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
     return Status::ok();
   }
 
-  // rows x parts CTAs of kCcThreads, with the launch's shared memory.
+  // rows x parts CTAs of kCcLaunchThreads, with the launch's shared memory.
   Status launch(int mode, const CcParams& prm, const GemmProblem& p, Stream stream) const {
     const int64_t smem =
         prm.spread > 0 ? cc_spread_smem_bytes(prm.hidden) : cc_smem_bytes(mode & kCcFc1, mode & kCcFc2, prm.hidden);
@@ -717,7 +721,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                                 p.to_string(), smem, smem_limit_));
     const dim3 grid(static_cast<unsigned>(p.total_rows * prm.parts));
     CcParams q = prm;
-    q.start = start_;
+    q.early_trigger = early_trigger_ ? 1 : 0;
     q.fc2_after = fc2_after_;
     return cuda_status(launch_pdl(cc_kernel(mode), grid, dim3(kCcLaunchThreads), static_cast<size_t>(smem),
                                   reinterpret_cast<cudaStream_t>(stream), q),
@@ -727,7 +731,7 @@ class Sm90CcTactic final : public GroupedGemmTactic {
   TacticDesc desc_;
   int smem_limit_ = 0;
   bool spread_on_ = true;  // FP4MOE_SM90_CC_SPREAD, read at init()
-  int start_ = 0;          // CcStart bits: FP4MOE_SM90_CC_EARLY_TRIGGER, read at init()
+  bool early_trigger_ = true;  // FP4MOE_SM90_CC_EARLY_TRIGGER, read at init()
   int fc2_after_ = -1;     // FP4MOE_SM90_CC_FC2_AFTER, read at init(); -1: CcParams::fc2_after's default
   int variant_ = 0;        // kCcNoMath in a build with FP4MOE_SM90_TRACE and FP4MOE_SM90_CC_NOMATH=1
 };

@@ -18,15 +18,17 @@ namespace sm90 {
 // of K 512, math on the CUDA cores.
 constexpr const char* kCcTacticName = "sm90.w4f16.m32n1k512.cc";
 
-// Timeline words of the chained launch beyond sm90_trace.cuh's [0] SM, [1] entry, [2] exit (the row's
-// conversion done; 0 where the fp32 rows go to the caller), [3] copies: [4] the expert known, [5] the copies
+// Timeline words of a launch (in its slot: FC1, FC2 or chained) beyond sm90_trace.cuh's [0] SM, [1] entry, [2] exit
+// (every CTA's end past FC2, a row's last CTA's after its conversion; 0 where the fp32 rows go to the caller),
+// [3] copies: [4] the expert known, [5] the copies
 // issued, [kCcTraceToken] the token landed, [+1] its f16 copy written, [kCcTraceChunks + c] chunk c seen by
 // its first reader (FC1's by thread 0, FC2's by threads 0 and 256), [kCcTraceFc1Done] warp 0's column summed,
 // [+1] FC2's start (the SwiGLU values as f16), [kCcTraceFc2Done + h] thread 256h's FC2 chunks done.
 constexpr int kCcTraceToken = 6, kCcTraceChunks = 8, kCcTraceFc1Done = 40, kCcTraceFc2Done = 42;
 
 // check_tactic on the descriptor, then what depends on the problem: the kSm90Cc layout's shape (hidden a
-// multiple of 1024, the SwiGLU width a multiple of 16), at most kCcMaxExperts experts, 2^31 CTAs, and the
+// multiple of 1024, the SwiGLU width a multiple of 16), hidden at most 8192 (one k16 block of the token a math
+// thread), at most kCcMaxExperts experts, 2^31 CTAs, and the
 // chained launch's shared memory at this hidden size (cc_smem_bytes) within the device's per-block limit (FC1
 // or FC2 alone needs less; the chain, the tactic's use, is what is checked for either).
 TacticCheck check_cc_tactic(const TacticDesc& desc, const GemmProblem& p, const DeviceCaps& caps);
