@@ -465,13 +465,6 @@ int run_resident_cc(int iters, cudaStream_t s, ColdUs cold_us, Median3 median3, 
   return 0;
 }
 
-// --floor (see the header). Cold: the graph [512 MB read, probe] minus the graph [512 MB read], so the
-// probe's bytes come from HBM and its launch follows another one, as a forward's second kernel does.
-// Floor of a one-graph forward that reads B bytes: a replay of a graph holding one empty launch plus
-// (cold probe of B - cold empty probe). The ratio is the time B takes at the copy ceiling over that
-// floor: no kernel reading those bytes in its own graph can reach a higher share of the ceiling. The
-// ceiling is the Hopper issue's device-copy figure for the H200, 4.16 TB/s (the torch peer's copy, which
-// the engine's benchmark measures, agrees within 1%; cudaMemcpy here measures less, see the header).
 // The resident tactic's timeline (sm90_cc.h's kCcTrace* words in the chained slot): each word's p50 and max
 // over the CTAs that wrote it, in us from the first CTA's entry.
 void print_cc_timeline(const std::vector<unsigned long long>& rec, const std::string& what) {
@@ -512,6 +505,13 @@ void print_cc_timeline(const std::vector<unsigned long long>& rec, const std::st
   }
 }
 
+// --floor (see the header). Cold: the graph [512 MB read, probe] minus the graph [512 MB read], so the
+// probe's bytes come from HBM and its launch follows another one, as a forward's second kernel does.
+// Floor of a one-graph forward that reads B bytes: a replay of a graph holding one empty launch plus
+// (cold probe of B - cold empty probe). The ratio is the time B takes at the copy ceiling over that
+// floor: no kernel reading those bytes in its own graph can reach a higher share of the ceiling. The
+// ceiling is the Hopper issue's device-copy figure for the H200, 4.16 TB/s (the torch peer's copy, which
+// the engine's benchmark measures, agrees within 1%; cudaMemcpy here measures less, see the header).
 int run_floor(int iters, cudaStream_t s, int sms, bool resident_only, bool cc_only) {
   if (resident_only && iters == 0) {
     auto none = [](auto&&...) { return 0.0; };
@@ -840,6 +840,11 @@ int run(int argc, char** argv) {
     fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9.1f} {:>9.2f} {:>8.1f} {:>8}{}\n", T, what, act, name, ms * 1e3, tbs,
                flops / (ms * 1e-3) / 1e12, pct(tbs), note.empty() ? note : "  (" + note + ")");
   };
+  // After a chain that left FC2's fp32 rows in the workspace (chain32): the rows back to zero for the other forms.
+  auto zero_fp32_rows = [&] {
+    SM90_CUDA_OK(cudaStreamSynchronize(s));
+    SM90_CUDA_OK(cudaMemset(ws.get(), 0, ws.size()));
+  };
   fmt::print("{:>6} {:>7} {:>5} {:<34} {:>9} {:>9} {:>8} {:>8}\n", "T", "gemm", "act", "tactic", "us", "TB/s",
              "TFLOP/s", "%read");
   for (int64_t T : tokens_list) {
@@ -991,8 +996,7 @@ int run(int argc, char** argv) {
               st32 = t->run_chained(f1, a2, st_);
             },
             iters, s);
-        SM90_CUDA_OK(cudaStreamSynchronize(s));
-        SM90_CUDA_OK(cudaMemset(ws.get(), 0, ws.size()));  // the rows back to zero for the other forms
+        zero_fp32_rows();
         if (!st32.is_ok()) {
           fmt::print("{}: {}\n", t->desc().name, st32.to_string());
           return 1;
@@ -1077,10 +1081,7 @@ int run(int argc, char** argv) {
               tc->run_chained(f1, la[l].a2, st_).throw_if_error();
             }
           });
-          if (rows32) {
-            SM90_CUDA_OK(cudaStreamSynchronize(s));
-            SM90_CUDA_OK(cudaMemset(ws.get(), 0, ws.size()));
-          }
+          if (rows32) zero_fp32_rows();
         }
       }
       const std::string why1 = refusal(t1), why2 = refusal(t2);

@@ -99,10 +99,7 @@ TacticCheck check_cc_tactic(const TacticDesc& desc, const GemmProblem& p, const 
   if (p.total_rows * parts >= (int64_t(1) << 31))
     return TacticCheck::fail(fmt::format("launches rows x SwiGLU width / 16 CTAs, below 2^31; problem is {}",
                                          p.to_string()));
-  if (hidden > 16 * kCcThreads)
-    return TacticCheck::fail(fmt::format("handles a hidden size of at most {} (one k16 block of the token a math "
-                                         "thread), problem has {}",
-                                         16 * kCcThreads, hidden));
+  if (!cc_hidden_fits(hidden, &why)) return TacticCheck::fail(why);
   const int64_t smem = cc_smem_bytes(true, true, hidden);
   if (smem > caps.smem_per_block_optin)
     return TacticCheck::fail(fmt::format("needs {:.1f} KB shared memory per block at hidden size {}, device allows "

@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kCcLaunchThreads, 1) sm90_cc_resident_kernel(c
   // FC1's sums come out unscaled (each block's own prescale undone as it is added): SwiGLU's 2^(14 - ex) is 1.
   constexpr int ex = 14;
   if constexpr (kFc1) {
-    // The token: each k16 block b (thread b; check_cc_tactic bounds hidden by 16 kCcThreads) times its own
+    // The token: each k16 block b (thread b; check_cc_tactic and fill() bound hidden by kCcMaxHidden) times its own
     // power of two 2^e_b, which puts the block's largest magnitude into [2^13, 2^14), as f16 (block b's k 0..7 at
     // 16 b, its k 8..15 at H + 16 b, so that a warp's 32 lanes read 512 contiguous bytes); then, the bf16 copy
     // read, 2^(14 - e_b) as a float at 4 b of its area, by which the FC1 loop multiplies the block's sums (the
@@ -668,11 +668,9 @@ class Sm90CcTactic final : public GroupedGemmTactic {
                     fmt::format("{}: unsupported problem {}{}", desc_.name, p.to_string(),
                                 why.empty() ? "" : ": " + why));
     const int64_t hidden = fc1 ? p.k : p.n;
-    if (hidden > 16 * kCcThreads)
+    if (!cc_hidden_fits(hidden, &why))
       return Status(StatusCode::kInvalidArgument,
-                    fmt::format("{}: unsupported problem {}: handles a hidden size of at most {} (one k16 block of "
-                                "the token a math thread)",
-                                desc_.name, p.to_string(), 16 * kCcThreads));
+                    fmt::format("{}: unsupported problem {}: {}", desc_.name, p.to_string(), why));
     if (args.a_ld % 8 != 0 || args.a_ld < p.k || !aligned16(args.a) || !aligned16(args.weights) ||
         !aligned16(args.last_expert_weights) || !aligned16(args.out))
       return Status(StatusCode::kInvalidArgument,
